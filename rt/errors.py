@@ -1,0 +1,67 @@
+"""One exception tree for the whole product, carrying the real ACL / HCCL numeric codes.
+
+``NpuError(RuntimeError)`` has ``.code``; ``AclError`` carries an ``aclError`` code (runtime),
+``HcclError`` an ``HcclResult`` code (collectives). Errors cross process boundaries (card actor →
+host) as ``(kind, code, message)`` triples, see :func:`to_wire` / :func:`from_wire`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class NpuError(RuntimeError):
+    """Base of every npusim error; ``code`` is the real numeric ACL or HCCL code."""
+
+    kind = "npu"
+
+    def __init__(self, code: int, message: str):
+        super().__init__(f"[{code}] {message}")
+        self.code = int(code)
+        self.message = message
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.message))
+
+
+class AclError(NpuError):
+    """A runtime (ACL) failure; ``code`` is an ``aclError`` value such as 207001."""
+
+    kind = "acl"
+
+
+class HcclError(NpuError):
+    """A collective (HCCL) failure; ``code`` is an ``HcclResult`` value such as 9 (timeout)."""
+
+    kind = "hccl"
+
+
+_KINDS = {cls.kind: cls for cls in (NpuError, AclError, HcclError)}
+
+
+def to_wire(exc: BaseException) -> list:
+    """Encode an exception for the command channel; non-npusim exceptions become 507000-class."""
+    if isinstance(exc, NpuError):
+        return [exc.kind, exc.code, exc.message]
+    return ["acl", 507000, f"internal error on the card: {type(exc).__name__}: {exc}"]
+
+
+def from_wire(triple) -> NpuError:
+    kind, code, message = triple
+    return _KINDS.get(kind, NpuError)(code, message)
+
+
+# get_recent_err_msg(): per-thread text of the most recent failure, read-and-clear as in ACL.
+_recent = threading.local()
+
+
+def record_error_message(text: str) -> None:
+    prev = getattr(_recent, "text", None)
+    _recent.text = text if not prev else f"{text}\n{prev}"
+
+
+def get_recent_err_msg() -> str | None:
+    """Return and clear this thread's accumulated error text (newest first), or None."""
+    text = getattr(_recent, "text", None)
+    _recent.text = None
+    return text
