@@ -1,0 +1,123 @@
+"""Host side of one (process, card) channel: synchronous calls, fire-and-forget tasks, notifications.
+
+``call`` waits for the reply to its own request id (replies may arrive out of order: a stream
+synchronize answers only when the stream gets there); ``submit`` never waits. Every wait has a
+deadline or a liveness check, and a dead card turns into an ``AclError`` naming it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from typing import Callable
+
+from . import errors
+from .constants import AclErrorCode as E
+from .errors import AclError
+
+CALL, TASK = 0, 1
+LIVENESS = 1.0   # seconds between checks that the card is still there while waiting
+
+
+class _Waiter:
+    __slots__ = ("event", "ok", "value", "fds")
+
+    def __init__(self):
+        self.event = threading.Event()
+        self.ok = None
+        self.value = None
+        self.fds = ()
+
+
+class CardClient:
+    """A connection to one card; safe to use from several host threads."""
+
+    def __init__(self, connect: Callable, *, name: str):
+        """``connect(on_message, on_close)`` returns a transport (see ``rt/channel.py``)."""
+        self.name = name                      # "card 3 (node 0)" for messages
+        self._ids = itertools.count(1)
+        self._waiters: dict[int, _Waiter] = {}
+        self._lock = threading.Lock()
+        self.handlers: dict[str, Callable] = {}   # notification kind -> fn(payload)
+        self.lost = False
+        self.transport = connect(self._on_message, self._on_close)
+        self.info = self.call("hello", os.getpid(), "host")
+
+    # -- incoming -------------------------------------------------------------------------------
+    def _on_message(self, msg, fds=()) -> None:
+        req = msg[0]
+        if req == 0:
+            handler = self.handlers.get(msg[1])
+            if handler is not None:
+                handler(msg[2])
+            for fd in fds:
+                os.close(fd)
+            return
+        with self._lock:
+            w = self._waiters.pop(req, None)
+        if w is None:                   # the caller gave up (timeout); drop the late reply
+            for fd in fds:
+                os.close(fd)
+            return
+        w.ok, w.value, w.fds = msg[1], msg[2], fds
+        w.event.set()
+
+    def _on_close(self) -> None:
+        self.lost = True
+        with self._lock:
+            waiters, self._waiters = list(self._waiters.values()), {}
+        for w in waiters:
+            w.ok, w.value = False, ["acl", int(E.ACL_ERROR_RT_SOCKET_CLOSE),
+                                    f"the channel to {self.name} closed (card actor died or was shut down)"]
+            w.event.set()
+
+    # -- outgoing -------------------------------------------------------------------------------
+    def _send(self, msg, fds=()) -> None:
+        if self.lost:
+            raise AclError(E.ACL_ERROR_RT_SOCKET_CLOSE, f"{self.name} is gone (its channel closed)")
+        try:
+            self.transport.send(msg, fds)
+        except OSError as e:
+            raise AclError(E.ACL_ERROR_RT_SOCKET_CLOSE, f"cannot reach {self.name}: {e}") from None
+
+    def submit(self, stream_id: int, name: str, *args) -> None:
+        """Enqueue a task on a card stream; returns at once (errors surface at the next synchronize)."""
+        self._send([TASK, stream_id, name, list(args)])
+
+    def call(self, name: str, *args, fds=(), timeout: float | None = None, pass_req: bool = False,
+             timeout_error: Callable[[], AclError] | None = None, want_fds: bool = False):
+        """Run a command on the card and wait for its reply (raising the card's error)."""
+        req = next(self._ids)
+        w = _Waiter()
+        with self._lock:
+            self._waiters[req] = w
+        args = (*args, req) if pass_req else args
+        try:
+            self._send([CALL, req, name, list(args)], fds)
+        except BaseException:
+            with self._lock:
+                self._waiters.pop(req, None)
+            raise
+        if not self._wait(w, timeout):
+            with self._lock:
+                self._waiters.pop(req, None)
+            if timeout_error is not None:
+                raise timeout_error()
+            raise AclError(E.ACL_ERROR_RT_TIMEOUT, f"{name} on {self.name}: no reply within {timeout} s")
+        if not w.ok:
+            err = errors.from_wire(w.value)
+            errors.record_error_message(err.message)
+            raise err
+        return (w.value, w.fds) if want_fds else w.value
+
+    def _wait(self, w: _Waiter, timeout: float | None) -> bool:
+        if timeout is not None:
+            return w.event.wait(timeout)
+        while not w.event.wait(LIVENESS):
+            if self.lost:           # _on_close fills the waiter; this is only a belt for races
+                return w.event.wait(0.1)
+        return True
+
+    def close(self) -> None:
+        self.transport.close()

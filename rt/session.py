@@ -1,0 +1,192 @@
+"""Ray plumbing: the embedded local session, joining a cluster, and creating/finding card actors.
+
+Ray is used to create, place, find and supervise cards (one named actor per card, pinned to its
+node, holding one unit of the ``NPU`` resource); the hot path never goes through Ray. The embedded
+session binds 127.0.0.1, runs no dashboard, turns on Ray's token authentication and bounds CPUs and
+object store memory (see docs/security.md for what Ray itself still listens on).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import secrets
+import shutil
+import tempfile
+import time
+import uuid
+
+from .config import Config
+from .constants import AclErrorCode as E
+from .errors import AclError
+
+NAMESPACE = "npusim"
+_started_here = False
+
+
+def _ray():
+    import ray
+    return ray
+
+
+def socket_root() -> str:
+    """Per-user directory holding every job's card sockets (0700)."""
+    root = os.path.join(tempfile.gettempdir(), f"npusim-{os.getuid()}")
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    return root
+
+
+def new_job_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
+def start_local_ray(cfg: Config) -> None:
+    """Start an embedded Ray session on 127.0.0.1 declaring ``cfg.cards_per_node`` NPUs."""
+    global _started_here
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    _enable_token_auth()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # Ray probes for a real Ascend stack (import acl) when a node has NPUs and logs a traceback.
+    logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
+    ray.init(
+        num_cpus=cfg.num_cpus,
+        resources={"NPU": cfg.cards_per_node},
+        object_store_memory=cfg.object_store_bytes,
+        include_dashboard=False,
+        namespace=NAMESPACE,
+        _node_ip_address="127.0.0.1",
+        logging_level=logging.WARNING,
+        log_to_driver=True,
+        configure_logging=True,
+    )
+    _started_here = True
+
+
+def _enable_token_auth() -> None:
+    """Turn on Ray's token authentication for the session we start (a fresh random token, kept in
+    this process's environment and inherited by Ray's processes and our rank processes)."""
+    if os.environ.get("RAY_AUTH_MODE", "token") != "token":
+        return                                  # the user chose otherwise
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    try:
+        from ray._raylet import Config
+        Config.initialize("")                   # Ray caches the mode at import; refresh it
+    except Exception:
+        pass
+
+
+def connect_ray(address: str, timeout: float = 30.0) -> None:
+    """Join an existing cluster; an unreachable address fails fast with a message naming it."""
+    ray = _ray()
+    if ray.is_initialized():
+        return
+    host, _, port = address.rpartition(":")
+    if address not in ("auto",) and port.isdigit():
+        import socket
+        try:
+            socket.create_connection((host or "127.0.0.1", int(port)), timeout=min(timeout, 5)).close()
+        except OSError as e:
+            raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR,
+                           f"cannot reach the Ray cluster at {address!r}: {e} (is `ray start --head` running there?)") from None
+    try:
+        ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
+    except Exception as e:  # ConnectionError, RuntimeError ... from Ray
+        raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, f"cannot join the Ray cluster at {address!r}: {e}") from None
+
+
+def stop_ray() -> None:
+    """Shut Ray down if this process started it."""
+    global _started_here
+    ray = _ray()
+    if _started_here and ray.is_initialized():
+        ray.shutdown()
+    _started_here = False
+
+
+def started_here() -> bool:
+    return _started_here
+
+
+def nodes_with_npus() -> list[dict]:
+    """Alive Ray nodes offering the NPU resource, in a stable order (the head node first)."""
+    ray = _ray()
+    out = []
+    for n in ray.nodes():
+        npus = int(n.get("Resources", {}).get("NPU", 0))
+        if n.get("Alive") and npus > 0:
+            out.append({"node_id": n["NodeID"], "ip": n["NodeManagerAddress"], "npus": npus})
+    head = ray.get_runtime_context().get_node_id()
+    out.sort(key=lambda d: (d["node_id"] != head, d["node_id"]))
+    return out
+
+
+def card_name(job: str, node: int, index: int) -> str:
+    return f"npu:{job}:{node}:{index}"
+
+
+@dataclasses.dataclass
+class CardSet:
+    job: str
+    node: int
+    socket_dir: str
+    actors: list
+    created: bool
+
+
+def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: int | None = None,
+                 socket_dir: str | None = None, timeout: float = 60.0, indices=None) -> CardSet:
+    """Create (or find) the card actors 0..count-1 (or ``indices``) of ``node``, pinned to Ray node ``node_id``."""
+    from .actor import CardActor
+    ray = _ray()
+    count = cfg.cards_per_node if count is None else count
+    socket_dir = socket_dir or os.path.join(socket_root(), job)
+    os.makedirs(socket_dir, mode=0o700, exist_ok=True)
+    opts = dict(namespace=NAMESPACE, get_if_exists=True, num_cpus=0, resources={"NPU": 1},
+                max_concurrency=64, max_restarts=0, runtime_env={"env_vars": {"RAY_DEDUP_LOGS": "0"}})
+    if node_id is not None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    indices = list(range(count)) if indices is None else list(indices)
+    actors = [CardActor.options(name=card_name(job, node, i), **opts).remote(node, i, cfg.to_dict(), socket_dir)
+              for i in indices]
+    pending = {a.address.remote(): i for i, a in zip(indices, actors)}
+    deadline = time.monotonic() + timeout
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=max(0.0, deadline - time.monotonic()))
+        for ref in ready:
+            i = pending.pop(ref)
+            try:
+                ray.get(ref)
+            except Exception as e:
+                raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, f"card {i} of node {node} failed to start: {e}") from None
+        if pending and time.monotonic() >= deadline:
+            missing = sorted(pending.values())
+            raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR,
+                           f"cards {missing} of node {node} did not start within {timeout:.0f} s (not enough free "
+                           f"'NPU' resources on that Ray node? available: {ray.available_resources().get('NPU', 0)})")
+    return CardSet(job, node, socket_dir, actors, True)
+
+
+def destroy_cards(cards: CardSet) -> None:
+    """Stop the card actors and remove their socket directory."""
+    ray = _ray()
+    refs = []
+    for a in cards.actors:
+        try:
+            refs.append(a.shutdown.remote())
+        except Exception:
+            pass
+    try:
+        ray.wait(refs, num_returns=len(refs), timeout=10)
+    except Exception:
+        pass
+    for a in cards.actors:
+        try:
+            ray.kill(a, no_restart=True)
+        except Exception:
+            pass
+    shutil.rmtree(cards.socket_dir, ignore_errors=True)

@@ -1,0 +1,186 @@
+"""Streams and events inside a card: ordered task queues, each run by its own worker thread.
+
+Everything is defined by two primitives: a stream runs its tasks strictly in enqueue order (one
+worker thread per stream, so different streams overlap), and an event is a completion counter
+(``record`` bumps the target generation at enqueue time, the stream reaching the record task
+completes it). ``stream_wait_event``, synchronize markers and elapsed time are built on those.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+import traceback
+from typing import Callable
+
+from .constants import AclErrorCode
+from .errors import AclError, NpuError
+
+POLL = 0.5  # seconds between liveness checks of blocking waits inside the card
+
+
+class Task:
+    __slots__ = ("label", "fn")
+
+    def __init__(self, label: str, fn: Callable[[], None]):
+        self.label = label
+        self.fn = fn
+
+
+class Stream:
+    """A card-side stream: FIFO of tasks run by one worker thread; errors kept for the next sync."""
+
+    def __init__(self, sid: int, owner, where: str):
+        self.id = sid
+        self.owner = owner
+        self.where = where                  # "card 0 (node 0)" for messages
+        self.enqueued = 0                   # tasks pushed
+        self.completed = 0                  # tasks finished (ok or failed)
+        self.errors: list[NpuError] = []
+        self.closed = False
+        self._tasks: collections.deque[Task] = collections.deque()
+        self._cv = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name=f"npu-stream-{sid}", daemon=True)
+        self._thread.start()
+
+    # -- producer side (the card's command dispatcher) ------------------------------------------
+    def push(self, task: Task) -> int:
+        """Enqueue; returns the task's 1-based sequence number on this stream."""
+        with self._cv:
+            if self.closed:
+                raise AclError(AclErrorCode.ACL_ERROR_RT_INVALID_HANDLE,
+                               f"stream {self.id} on {self.where} is destroyed")
+            self.enqueued += 1
+            self._tasks.append(task)
+            self._cv.notify()
+            return self.enqueued
+
+    def push_error(self, label: str, exc: NpuError) -> None:
+        """A task that failed validation at enqueue: report it in stream order, at the next sync."""
+        def fail():
+            raise exc
+        self.push(Task(label, fail))
+
+    def busy_until(self, seq: int) -> Callable[[], bool]:
+        """A predicate that is True while task ``seq`` has not completed (used for deferred frees)."""
+        return lambda: self.completed < seq and not self.closed
+
+    def idle(self) -> bool:
+        return self.completed >= self.enqueued
+
+    def take_errors(self) -> NpuError | None:
+        with self._cv:
+            errs, self.errors = self.errors, []
+        if not errs:
+            return None
+        first = errs[0]
+        if len(errs) == 1:
+            return first
+        more = "; ".join(e.message for e in errs[1:4])
+        return type(first)(first.code, f"{first.message} (and {len(errs) - 1} more failed tasks: {more})")
+
+    def wait_seq(self, seq: int, timeout: float | None) -> bool:
+        """Block until task ``seq`` completed; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            while self.completed < seq and not self.closed:
+                left = POLL if deadline is None else min(POLL, deadline - time.monotonic())
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+            return True
+
+    def close(self, drain: bool = True, timeout: float = 30.0) -> None:
+        """Stop the worker (after the queued tasks when ``drain``)."""
+        if drain:
+            self.wait_seq(self.enqueued, timeout)
+        with self._cv:
+            self.closed = True
+            self._tasks.clear()
+            self._cv.notify_all()
+
+    # -- the worker ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._tasks and not self.closed:
+                    self._cv.wait()
+                if self.closed:
+                    return
+                task = self._tasks.popleft()
+            try:
+                task.fn()
+            except NpuError as e:
+                self._record(task, e)
+            except Exception as e:  # a user kernel raising, or our bug: never kill the stream
+                tb = traceback.format_exception_only(type(e), e)[-1].strip()
+                self._record(task, AclError(AclErrorCode.ACL_ERROR_RT_AICORE_EXCEPTION,
+                                            f"task {task.label} on stream {self.id} of {self.where} failed: {tb}"))
+            with self._cv:
+                self.completed += 1
+                self._cv.notify_all()
+
+    def _record(self, task: Task, exc: NpuError) -> None:
+        if f"stream {self.id}" not in exc.message:
+            exc = type(exc)(exc.code, f"task {task.label} on stream {self.id} of {self.where} failed: {exc.message}")
+        with self._cv:
+            self.errors.append(exc)
+
+
+class Event:
+    """A card-side event: generations recorded (at enqueue) and completed (when the stream gets there)."""
+
+    def __init__(self, eid: int, owner):
+        self.id = eid
+        self.owner = owner
+        self.recorded = 0          # generation of the latest record enqueued
+        self.completed = 0         # generation of the latest record the stream reached
+        self.timestamp_ns = None   # card clock when the latest record completed
+        self._cv = threading.Condition()
+        self._waiters: list[tuple[int, Callable[[], None]]] = []
+
+    def mark_recorded(self, gen: int) -> None:
+        """A record of generation ``gen`` was enqueued (generations are counted by the host)."""
+        with self._cv:
+            self.recorded = max(self.recorded, gen)
+
+    def complete(self, gen: int) -> None:
+        with self._cv:
+            if gen > self.completed:
+                self.completed = gen
+                self.timestamp_ns = time.perf_counter_ns()
+            ready = [cb for g, cb in self._waiters if g <= self.completed]
+            self._waiters = [(g, cb) for g, cb in self._waiters if g > self.completed]
+            self._cv.notify_all()
+        for cb in ready:
+            cb()
+
+    def reset(self) -> None:
+        with self._cv:
+            self.recorded = self.completed = 0
+            self.timestamp_ns = None
+
+    def is_complete(self) -> bool:
+        with self._cv:
+            return self.recorded > 0 and self.completed >= self.recorded
+
+    def on_complete(self, gen: int, cb: Callable[[], None]) -> None:
+        """Call ``cb`` once generation ``gen`` completed (now, if it already has)."""
+        with self._cv:
+            if self.completed < gen:
+                self._waiters.append((gen, cb))
+                return
+        cb()
+
+    def wait(self, gen: int, timeout: float | None, alive: Callable[[], bool] = lambda: True) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cv:
+            while self.completed < gen:
+                if not alive():
+                    return False
+                left = POLL if deadline is None else min(POLL, deadline - time.monotonic())
+                if left <= 0:
+                    return False
+                self._cv.wait(left)
+            return True
