@@ -20,6 +20,8 @@ class CardActor:
                          cards_per_node=c.cards_per_node)
         self.card.peers = SocketPeers(self.card, socket_dir)
         self.card.config = c
+        from hccl.service import RayRendezvous
+        self.card.rendezvous = RayRendezvous()
         self.path = os.path.join(socket_dir, f"npu{node}_{index}.sock")
         self.server = CardServer(self.card, self.path)
 

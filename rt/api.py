@@ -315,6 +315,9 @@ def _staging(ctx: Context) -> _Staging:
 
 
 def _infer_kind(dst, src, kind, call):
+    for arg, x in (("dst", dst), ("src", src)):
+        if isinstance(x, int) and not isinstance(x, bool) and not _is_device(x):
+            _device_where(x, call, arg)          # a plain int is meant as an address: name it as a bad one
     dst_dev, src_dev = _is_device(dst), _is_device(src)
     actual = {(False, True): MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE, (True, False): MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST,
               (True, True): MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE, (False, False): MemcpyKind.ACL_MEMCPY_HOST_TO_HOST}[
@@ -666,6 +669,7 @@ def _install_handlers(ctx: Context) -> None:
         jobs.put(cb_id)
 
     def worker():
+        RUNTIME.set_current(ctx)        # so a callback can call rt (memcpy, record_event...) on its context
         while True:
             cb_id = jobs.get()
             if cb_id is None:
@@ -687,4 +691,5 @@ def _install_handlers(ctx: Context) -> None:
 
     ctx.client.handlers["notify"] = on_notify
     ctx.client.handlers["callback"] = on_callback
+    ctx.callback_jobs = jobs            # Runtime.destroy puts None here to end the worker
     threading.Thread(target=worker, name="npu-callbacks", daemon=True).start()

@@ -28,6 +28,8 @@ class LocalBackend:
         self.node = 0
         self.cards: dict[int, object] = {}
         self._lock = threading.Lock()
+        from hccl.service import LocalRendezvous
+        self.rendezvous = LocalRendezvous()   # shared by this process's cards
 
     def card(self, index: int):
         from .card import Card
@@ -41,6 +43,7 @@ class LocalBackend:
                             cards_per_node=c.cards_per_node)
                 card.peers = LocalPeers(card, self.cards)
                 card.config = c
+                card.rendezvous = self.rendezvous
                 self.cards[index] = card
             return card
 
@@ -109,7 +112,8 @@ class RayBackend(SocketDirBackend):
         from . import session
         for cs in self.cardsets:
             session.destroy_cards(cs)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.cardsets:       # only the creator removes the job's socket dir: others still use it
+            shutil.rmtree(self.dir, ignore_errors=True)
         session.stop_ray()
 
 

@@ -76,6 +76,17 @@ class Card:
         self._lock = threading.Lock()
         from .mdl.store import ModelStore
         self.models = ModelStore(self.memory)
+        self._hccl = None
+
+    @property
+    def hccl(self):
+        """The card's HCCL service (communicator endpoints), created on first use."""
+        if self._hccl is None:
+            from hccl.service import HcclService
+            with self._lock:
+                if self._hccl is None:
+                    self._hccl = HcclService(self)
+        return self._hccl
 
     # ---------------------------------------------------------------- connections
     def connect(self, send, pid: int = 0, label: str = "client") -> Connection:
@@ -104,6 +115,8 @@ class Card:
             self.models.release_owner(conn.id)
         except NpuError:
             pass
+        if self._hccl is not None:
+            self._hccl.release_owner(conn)
         self.memory.free_owner(conn.id)
         for mm, _ in conn.host_buffers.values():
             _close_map(mm)
@@ -114,6 +127,8 @@ class Card:
     def close(self) -> None:
         for conn in list(self.conns.values()):
             self.disconnect(conn)
+        if self._hccl is not None:
+            self._hccl.close()
         self.memory.close()
 
     # ---------------------------------------------------------------- dispatch
@@ -132,7 +147,8 @@ class Card:
                 raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"unknown card command {name!r}")
             result = fn(conn, *args)
         except NpuError as e:
-            errors.record_error_message(e.message)
+            # Not recorded here: the host's client records it for get_recent_err_msg(); recording on
+            # the card would duplicate it (in-process cards) or grow the reader thread's text forever.
             conn.send([req, False, errors.to_wire(e)])
             return
         except Exception as e:  # bad arguments from a client must never crash the card
@@ -399,6 +415,59 @@ class Card:
         with self._lock:
             self.conns[conn.id] = conn
         conn.default_stream = None
+
+    # ---------------------------------------------------------------- HCCL (see hccl/service.py)
+    def c_hccl_init(self, conn, comm_id, nranks, rank, options, req):
+        """Join communicator ``comm_id``; replies once every rank joined (in a thread: it may wait long)."""
+        def run():
+            try:
+                value = self.hccl.init(conn, comm_id, nranks, rank, options)
+            except NpuError as e:
+                self.reply_later(conn, req, e)
+                return
+            except Exception as e:
+                self.reply_later(conn, req, AclError(E.ACL_ERROR_RT_INTERNAL_ERROR, f"hccl_init: {type(e).__name__}: {e}"))
+                return
+            self.reply_later(conn, req, None, value)
+        threading.Thread(target=run, name=f"hccl-init-{comm_id}", daemon=True).start()
+        return DEFERRED
+
+    def c_hccl_ctrl(self, conn, comm_id, nbytes):
+        self.hccl.ctrl_array(comm_id, nbytes)
+        seg = self.hccl.ctrl[comm_id]
+        return _WITH_FDS, (seg.size, [seg.fd])
+
+    def c_hccl_destroy(self, conn, comm_id, rank):
+        self.hccl.destroy(comm_id, rank)
+
+    def t_hccl(self, conn, stream, comm_id, rank, seq, op, params, buffers):
+        """A collective: resolve this rank's buffers now (program order), run it when the stream gets here."""
+        ep = self.hccl.endpoint(comm_id, rank)
+        views = {}
+        for name, (ptr, nbytes) in buffers.items():
+            seg, off = self.memory.locate(ptr, nbytes, what=f"{op} {name} buffer")
+            views[name] = (seg, off, nbytes)
+        return lambda: ep.collective(seq, op, params, views)
+
+    def t_hccl_p2p(self, conn, stream, comm_id, rank, items):
+        """send/recv/batch_send_recv: items are [kind, peer, ptr, count, dtype, nbytes]."""
+        ep = self.hccl.endpoint(comm_id, rank)
+        resolved = []
+        for kind, peer, ptr, count, dtype, nbytes in items:
+            seg, off = self.memory.locate(ptr, nbytes, what=f"{kind} buffer")
+            resolved.append((kind, peer, (seg, off, nbytes), count, dtype))
+
+        def run():
+            for kind, peer, view, count, dtype in resolved:     # sends first: never deadlock a batch
+                if kind == "send":
+                    ep.post_send(peer, view, count, dtype)
+            for kind, peer, view, count, dtype in resolved:
+                if kind == "recv":
+                    ep.recv(peer, view, count, dtype)
+            for kind, peer, view, count, dtype in resolved:
+                if kind == "send":
+                    ep.wait_send(peer)
+        return run
 
     # ================================================================ stream tasks (t_*)
     def t_memcpy(self, conn, stream, dst, src, count):

@@ -119,6 +119,9 @@ class Runtime:
             pass
         ctx.destroyed = True
         ctx.client.close()
+        jobs = getattr(ctx, "callback_jobs", None)
+        if jobs is not None:
+            jobs.put(None)              # stop the context's callback thread (it would wait forever)
         self.contexts.discard(ctx)
 
     # -- the calling thread's current context ----------------------------------------------------

@@ -38,6 +38,12 @@ class LocalPeers:
     def view(self, where, ptr, nbytes, what):
         return self._peer(where).memory.view(ptr, nbytes, what=what)
 
+    def segment(self, index: int, seg: int, size=None) -> np.ndarray:
+        return self._peer((self.card.node, index)).memory.segment(seg).array
+
+    def ctrl_array(self, index: int, comm_id: str, nbytes: int) -> np.ndarray:
+        return self._peer((self.card.node, index)).hccl.ctrl_array(comm_id, nbytes)
+
     def wait_event(self, where, eid, gen, timeout):
         ev = self._peer(where)._event(eid)
         if not ev.wait(gen, timeout):
@@ -65,19 +71,26 @@ class SocketPeers:
                 self._clients[index] = cl
             return cl
 
-    def segment(self, index: int, seg: int, size: int) -> np.ndarray:
+    def segment(self, index: int, seg: int, size=None) -> np.ndarray:
         key = (index, seg)
         arr = self._maps.get(key)
         if arr is None:
-            _size, fds = self.client(index).call("export_segment", seg, want_fds=True)
-            try:
-                mm = mmap.mmap(fds[0], size, flags=mmap.MAP_SHARED)
-            finally:
-                for fd in fds:
-                    os.close(fd)
-            arr = np.frombuffer(mm, np.uint8)
-            self._maps[key] = arr
+            arr = self._maps[key] = self._map(self.client(index).call("export_segment", seg, want_fds=True))
         return arr
+
+    def ctrl_array(self, index: int, comm_id: str, nbytes: int) -> np.ndarray:
+        """Map the HCCL control block of ``comm_id`` held by card ``index`` (created there on demand)."""
+        return self._map(self.client(index).call("hccl_ctrl", comm_id, nbytes, want_fds=True))
+
+    @staticmethod
+    def _map(reply) -> np.ndarray:
+        size, fds = reply
+        try:
+            mm = mmap.mmap(fds[0], size, flags=mmap.MAP_SHARED)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return np.frombuffer(mm, np.uint8)
 
     def view(self, where, ptr, nbytes, what):
         if where[0] != self.card.node:

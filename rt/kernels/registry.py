@@ -97,5 +97,5 @@ def _load_library() -> None:
     """Import the modules that register the built-in ops (once)."""
     global _loaded
     if not _loaded:
-        _loaded = True
         from . import library  # noqa: F401  (registers ops on import)
+        _loaded = True

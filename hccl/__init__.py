@@ -1,0 +1,12 @@
+"""HCCL-style collective communication between npusim cards (see DESIGN §4)."""
+
+from . import algos, types
+from .api import (HCCL_RECV, HCCL_SEND, all_gather, all_reduce, all_to_all, all_to_all_v, barrier,
+                  batch_send_recv, broadcast, recv, reduce, reduce_scatter, scatter, send)
+from .comm import (HCCL_ROOT_INFO_BYTES, Communicator, RootInfo, comm_destroy, comm_init_all,
+                   comm_init_cluster_info, comm_init_root_info, create_sub_comm, get_rank_id, get_rank_size,
+                   get_root_info, init)
+from .types import *  # noqa: F401,F403  C names: HCCL_E_TIMEOUT, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, ...
+from .types import HcclDataType, HcclReduceOp, HcclResult
+from rt.errors import HcclError
+from . import tensor_ops  # noqa: F401  (adds the Tensor helpers to Communicator)

@@ -1,0 +1,229 @@
+"""The collectives, with HCCL's argument order: asynchronous, ordered on ``stream`` like any task.
+
+What can be checked on the host (dtype, op, counts, root/peer range, buffers on the communicator's
+card, the stream's card) raises ``HcclError(HCCL_E_PARA/HCCL_E_PTR)`` at the call; everything found
+while running (mismatched calls across ranks, timeouts, dead peers) surfaces at the covering
+stream synchronize.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rt import api as rt_api
+from rt.errors import AclError, HcclError
+from rt.memory import decode_addr
+
+from .comm import Communicator, _check_comm
+from .types import HcclDataType, HcclResult, hccl_dtype, np_dtype, reduce_op
+
+HCCL_SEND, HCCL_RECV = 0, 1
+
+
+def _stream(comm: Communicator, stream, call):
+    if stream is None or (isinstance(stream, int) and stream == 0):
+        prev = rt_api.RUNTIME.current
+        rt_api.RUNTIME.set_current(comm.ctx)
+        try:
+            return rt_api._stream(None, call)
+        finally:
+            rt_api.RUNTIME.set_current(prev)
+    try:
+        st = rt_api._stream(stream, call)
+    except AclError as e:
+        raise HcclError(HcclResult.HCCL_E_PARA, e.message) from None
+    if (st.ctx.node, st.ctx.physical) != (comm.ctx.node, comm.ctx.physical):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {st!r} is not on the communicator's card {comm.ctx.physical}")
+    return st
+
+
+def _count(count, call, name="count") -> int:
+    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {name} must be an int >= 0, got {count!r}")
+    return int(count)
+
+
+def _buf(comm: Communicator, ptr, nbytes: int, itemsize: int, call: str, name: str):
+    if nbytes == 0 and ptr in (None, 0):
+        return None
+    if ptr is None or ptr == 0:
+        raise HcclError(HcclResult.HCCL_E_PTR, f"{call}: {name} buffer is null")
+    where = decode_addr(ptr) if isinstance(ptr, int) and not isinstance(ptr, bool) else None
+    if where is None:
+        raise HcclError(HcclResult.HCCL_E_PTR, f"{call}: {name} buffer {ptr!r} is not a device address")
+    if where != (comm.ctx.node, comm.ctx.physical):
+        raise HcclError(HcclResult.HCCL_E_PTR, f"{call}: {name} buffer {ptr:#x} is on card {where[1]} (node "
+                                               f"{where[0]}), not the communicator's card {comm.ctx.physical}")
+    if ptr % itemsize:
+        raise HcclError(HcclResult.HCCL_E_PTR, f"{call}: {name} buffer {ptr:#x} is not aligned to the element size "
+                                               f"{itemsize}")
+    return [ptr, nbytes]
+
+
+def _root(comm, root, call, name="root"):
+    if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {name} {root!r} is outside [0, {comm.size})")
+    return int(root)
+
+
+def _launch(comm, stream, op, params, buffers, call):
+    st = _stream(comm, stream, call)
+    seq = comm.next_seq()
+    dt = HcclDataType(params["dtype"]).name if "dtype" in params else "-"
+    desc = f"count={params.get('count', 0)}, dtype={dt}"
+    if "op" in params:
+        desc += f", op={reduce_op(params['op']).name}"
+    if params.get("root") is not None:
+        desc += f", root={params['root']}"
+    params = dict(params, fingerprint=f"{op}({desc})", algo=comm.options.get("algo", ""))
+    st.ctx.client.submit(st.id, "hccl", comm.id, comm.rank, seq, op, params,
+                         {k: v for k, v in buffers.items() if v is not None})
+
+
+def _prep(comm, count, dtype, call):
+    _check_comm(comm, call)
+    count = _count(count, call)
+    code = hccl_dtype(dtype)
+    return count, int(code), np_dtype(code).itemsize
+
+
+def all_reduce(send, recv, count, dtype, op, comm, stream=None) -> None:
+    """recv = op over ranks of send (count elements); send may equal recv."""
+    call = "all_reduce"
+    count, code, isz = _prep(comm, count, dtype, call)
+    rop = int(reduce_op(op))
+    n = count * isz
+    _launch(comm, stream, call, {"count": count, "dtype": code, "op": rop},
+            {"send": _buf(comm, send, n, isz, call, "send"), "recv": _buf(comm, recv, n, isz, call, "recv")}, call)
+
+
+def broadcast(buf, count, dtype, root, comm, stream=None) -> None:
+    """Root's buf to every rank's buf."""
+    call = "broadcast"
+    count, code, isz = _prep(comm, count, dtype, call)
+    root = _root(comm, root, call)
+    _launch(comm, stream, call, {"count": count, "dtype": code, "root": root},
+            {"recv": _buf(comm, buf, count * isz, isz, call, "buf")}, call)
+
+
+def reduce(send, recv, count, dtype, op, root, comm, stream=None) -> None:
+    """Root's recv = op over ranks of send; other ranks' recv is untouched."""
+    call = "reduce"
+    count, code, isz = _prep(comm, count, dtype, call)
+    root = _root(comm, root, call)
+    rop = int(reduce_op(op))
+    n = count * isz
+    recv_buf = _buf(comm, recv, n, isz, call, "recv") if comm.rank == root else None
+    _launch(comm, stream, call, {"count": count, "dtype": code, "op": rop, "root": root},
+            {"send": _buf(comm, send, n, isz, call, "send"), "recv": recv_buf}, call)
+
+
+def all_gather(send, recv, send_count, dtype, comm, stream=None) -> None:
+    """recv (send_count × ranks) = every rank's send, in rank order."""
+    call = "all_gather"
+    count, code, isz = _prep(comm, send_count, dtype, call)
+    _launch(comm, stream, call, {"count": count, "dtype": code},
+            {"send": _buf(comm, send, count * isz, isz, call, "send"),
+             "recv": _buf(comm, recv, count * isz * comm.size, isz, call, "recv")}, call)
+
+
+def reduce_scatter(send, recv, recv_count, dtype, op, comm, stream=None) -> None:
+    """recv (recv_count) = block ``rank`` of op over ranks of send (recv_count × ranks)."""
+    call = "reduce_scatter"
+    count, code, isz = _prep(comm, recv_count, dtype, call)
+    rop = int(reduce_op(op))
+    _launch(comm, stream, call, {"count": count, "dtype": code, "op": rop},
+            {"send": _buf(comm, send, count * isz * comm.size, isz, call, "send"),
+             "recv": _buf(comm, recv, count * isz, isz, call, "recv")}, call)
+
+
+def scatter(send, recv, recv_count, dtype, root, comm, stream=None) -> None:
+    """recv (recv_count) = block ``rank`` of root's send (recv_count × ranks)."""
+    call = "scatter"
+    count, code, isz = _prep(comm, recv_count, dtype, call)
+    root = _root(comm, root, call)
+    send_buf = _buf(comm, send, count * isz * comm.size, isz, call, "send") if comm.rank == root else None
+    _launch(comm, stream, call, {"count": count, "dtype": code, "root": root},
+            {"send": send_buf, "recv": _buf(comm, recv, count * isz, isz, call, "recv")}, call)
+
+
+def all_to_all(send, send_count, send_type, recv, recv_count, recv_type, comm, stream=None) -> None:
+    """Block j of rank i's send goes to block i of rank j's recv (HcclAlltoAll argument order)."""
+    call = "all_to_all"
+    count, code, isz = _prep(comm, send_count, send_type, call)
+    rcount = _count(recv_count, call, "recv_count")
+    if rcount != count or int(hccl_dtype(recv_type)) != code:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: send ({count} × {HcclDataType(code).name}) and recv "
+                                                f"({rcount} × {hccl_dtype(recv_type).name}) blocks must match")
+    n = count * isz * comm.size
+    _launch(comm, stream, call, {"count": count, "dtype": code},
+            {"send": _buf(comm, send, n, isz, call, "send"), "recv": _buf(comm, recv, n, isz, call, "recv")}, call)
+
+
+def all_to_all_v(send, send_counts, sdispls, send_type, recv, recv_counts, rdispls, recv_type, comm,
+                 stream=None) -> None:
+    """Like all_to_all with per-peer counts and displacements (in elements)."""
+    call = "all_to_all_v"
+    _check_comm(comm, call)
+    code = int(hccl_dtype(send_type))
+    if int(hccl_dtype(recv_type)) != code:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: send_type and recv_type differ")
+    isz = np_dtype(code).itemsize
+    tables = {}
+    for name, v in (("send_counts", send_counts), ("sdispls", sdispls), ("recv_counts", recv_counts),
+                    ("rdispls", rdispls)):
+        v = [int(x) for x in v]
+        if len(v) != comm.size or any(x < 0 for x in v):
+            raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {name} must list {comm.size} non-negative ints, got {v}")
+        tables[name] = v
+    send_n = max([d + c for d, c in zip(tables["sdispls"], tables["send_counts"])] + [0])
+    recv_n = max([d + c for d, c in zip(tables["rdispls"], tables["recv_counts"])] + [0])
+    _launch(comm, stream, call, {"count": 0, "dtype": code, **tables},
+            {"send": _buf(comm, send, send_n * isz, isz, call, "send"),
+             "recv": _buf(comm, recv, recv_n * isz, isz, call, "recv")}, call)
+
+
+def barrier(comm, stream=None) -> None:
+    """Every rank's stream waits here until all ranks reached it."""
+    _check_comm(comm, "barrier")
+    _launch(comm, stream, "barrier", {"count": 0, "dtype": int(HcclDataType.INT8)}, {}, "barrier")
+
+
+def _p2p(comm, items, stream, call):
+    _check_comm(comm, call)
+    wire = []
+    for kind, buf, count, dtype, peer in items:
+        count = _count(count, call)
+        code = int(hccl_dtype(dtype))
+        isz = np_dtype(code).itemsize
+        peer = _root(comm, peer, call, "dest" if kind == "send" else "src")
+        if peer == comm.rank:
+            raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: rank {comm.rank} cannot {kind} to itself")
+        b = _buf(comm, buf, count * isz, isz, call, "buf") or [0, 0]
+        if b[1] == 0:
+            raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: count must be > 0 for send/recv")
+        wire.append([kind, peer, b[0], count, code, b[1]])
+    st = _stream(comm, stream, call)
+    st.ctx.client.submit(st.id, "hccl_p2p", comm.id, comm.rank, wire)
+
+
+def send(buf, count, dtype, dest, comm, stream=None) -> None:
+    """Send to ``dest``; completes (on the stream) once the matching recv has the data."""
+    _p2p(comm, [("send", buf, count, dtype, dest)], stream, "send")
+
+
+def recv(buf, count, dtype, src, comm, stream=None) -> None:
+    _p2p(comm, [("recv", buf, count, dtype, src)], stream, "recv")
+
+
+def batch_send_recv(items, comm, stream=None) -> None:
+    """Items are (HCCL_SEND|HCCL_RECV, buf, count, dtype, remote_rank) tuples or dicts with those keys."""
+    conv = []
+    for it in items:
+        if isinstance(it, dict):
+            it = (it["type"], it["buf"], it["count"], it["dtype"], it["remote_rank"])
+        kind, buf, count, dtype, remote = it
+        if kind not in (HCCL_SEND, HCCL_RECV):
+            raise HcclError(HcclResult.HCCL_E_PARA, f"batch_send_recv: item type {kind!r} is not HCCL_SEND/HCCL_RECV")
+        conv.append(("send" if kind == HCCL_SEND else "recv", buf, count, dtype, remote))
+    _p2p(comm, conv, stream, "batch_send_recv")

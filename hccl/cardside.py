@@ -1,0 +1,349 @@
+"""HCCL inside a card: communicator endpoints that execute collective schedules over peer memory.
+
+Each communicator has one *control block* per node: a shared-memory array with one slot per rank
+(phase counter for barriers, arrived/completed sequence numbers, the fingerprint of the call, where
+its buffers live) and one mailbox per ordered rank pair for send/recv. Rank 0's card creates it on
+first request; the other cards map it from a file descriptor. A collective on a card is a stream
+task that (1) publishes its fingerprint and buffers, (2) waits for every rank to arrive — checking
+fingerprints, peer liveness and ``HCCL_EXEC_TIMEOUT`` — and (3) runs its part of the schedule step
+by step, pulling from peer card memory with a barrier between steps.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+import time
+
+import numpy as np
+
+from rt.constants import AclErrorCode
+from rt.errors import AclError, HcclError
+from rt.segment import Segment
+
+from . import algos
+from .types import HcclResult, apply_reduce, np_dtype
+
+# slot layout (int64 words)
+PHASE, ARRIVED, DONE, STATUS, PID, CARD, FP_LEN = range(7)
+BUF0 = 8                       # send seg, off, size; recv seg, off, size; tmp seg, off, size
+SLOT_WORDS = 64                # 512 bytes: words + fingerprint text
+FP_OFF, FP_MAX = 24 * 8, SLOT_WORDS * 8 - 24 * 8
+# pair mailbox layout (int64 words)
+P_SEND, P_RECV_DONE, P_SEG, P_OFF, P_SIZE, P_COUNT, P_DTYPE, V_SCOUNT, V_SDISPL, V_RCOUNT = range(10)
+PAIR_WORDS = 10
+ALIVE, HOST_GONE, CLOSED = 0, 1, 2
+
+
+class WaitAbort(Exception):
+    pass
+
+
+class ControlBlock:
+    """The shared control array of one communicator (mapped by every card of the node)."""
+
+    def __init__(self, arr: np.ndarray, nranks: int):
+        self.n = nranks
+        words = arr.view(np.int64)
+        self.slots = words[: nranks * SLOT_WORDS].reshape(nranks, SLOT_WORDS)
+        self.pairs = words[nranks * SLOT_WORDS: nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS] \
+            .reshape(nranks, nranks, PAIR_WORDS)
+        self.raw = arr
+
+    @staticmethod
+    def nbytes(nranks: int) -> int:
+        return 8 * (nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS)
+
+    def fingerprint(self, rank: int) -> str:
+        n = int(self.slots[rank, FP_LEN])
+        base = rank * SLOT_WORDS * 8 + FP_OFF
+        return bytes(self.raw[base: base + n]).decode("utf-8", "replace")
+
+    def set_fingerprint(self, rank: int, text: str) -> None:
+        data = text.encode()[:FP_MAX]
+        base = rank * SLOT_WORDS * 8 + FP_OFF
+        self.raw[base: base + len(data)] = np.frombuffer(data, np.uint8)
+        self.slots[rank, FP_LEN] = len(data)
+
+
+def _wait(cond, *, timeout: float, check=None, poll_start: float = 0.00002) -> None:
+    """Wait until ``cond()``: yield first (cheap when peers are close), then sleep with backoff.
+
+    ``check()`` runs every ~0.2 s and raises to abort (dead peer, closed stream); on timeout raises
+    WaitAbort. Pure spinning is avoided: 8 cards on 2 cores would starve each other.
+    """
+    for _ in range(64):
+        if cond():
+            return
+        os.sched_yield()
+    start = time.monotonic()
+    next_check = start + 0.2
+    delay = poll_start
+    while not cond():
+        now = time.monotonic()
+        if now - start > timeout:
+            raise WaitAbort()
+        if check is not None and now >= next_check:
+            check()
+            next_check = now + 0.2
+        time.sleep(delay)
+        delay = min(delay * 2, 0.001)
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Endpoint:
+    """One rank of one communicator on this card."""
+
+    def __init__(self, service, comm_id: str, nranks: int, rank: int, members: list, options: dict, owner):
+        self.service = service
+        self.card = service.card
+        self.comm_id = comm_id
+        self.n = nranks
+        self.rank = rank
+        self.members = members          # per rank: [node, card, pid]
+        self.options = options
+        self.owner = owner
+        self.exec_timeout = float(options.get("exec_timeout", 1836))
+        self.last_done = "none"
+        self.ctrl: ControlBlock | None = None
+        self.scratch_ptr = None
+        self.scratch_bytes = 0
+        self.p2p_seq: dict[tuple[int, int], int] = {}
+        self.lock = threading.Lock()
+        nodes = sorted({m[0] for m in members})
+        self.nodes = len(nodes)
+
+    # -- setup ---------------------------------------------------------------------------------
+    def attach(self) -> None:
+        root_node, root_card = self.members[0][0], self.members[0][1]
+        size = ControlBlock.nbytes(self.n)
+        if (root_node, root_card) == (self.card.node, self.card.index):
+            arr = self.service.ctrl_array(self.comm_id, size)
+        else:
+            arr = self.service.peer_ctrl_array(root_card, self.comm_id, size)
+        self.ctrl = ControlBlock(arr, self.n)
+        s = self.ctrl.slots[self.rank]
+        s[PID] = os.getpid()
+        s[CARD] = self.card.index
+        s[STATUS] = ALIVE
+
+    def mark(self, status: int) -> None:
+        if self.ctrl is not None:
+            self.ctrl.slots[self.rank, STATUS] = status
+
+    # -- liveness and reports ------------------------------------------------------------------------
+    def _check_peers(self, ranks, what: str) -> None:
+        for r in ranks:
+            slot = self.ctrl.slots[r]
+            status, pid = int(slot[STATUS]), int(slot[PID])
+            if status in (HOST_GONE, CLOSED):
+                why = "its process exited" if status == HOST_GONE else "it destroyed the communicator"
+                raise HcclError(HcclResult.HCCL_E_REMOTE, f"{what}: rank {r} (card {int(slot[CARD])}) is gone: {why}")
+            if pid and not _pid_alive(pid):
+                raise HcclError(HcclResult.HCCL_E_REMOTE,
+                                f"{what}: rank {r} (card {int(slot[CARD])}, pid {pid}) died: its card process is gone")
+
+    def _missing_report(self, seq: int, what: str) -> str:
+        arrived = [r for r in range(self.n) if self.ctrl.slots[r, ARRIVED] >= seq]
+        missing = [r for r in range(self.n) if r not in arrived]
+        lines = [f"{what}: timed out after {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT) waiting for ranks {missing}; "
+                 f"arrived: {arrived}"]
+        for r in missing:
+            done = int(self.ctrl.slots[r, DONE])
+            lines.append(f"rank {r} (card {int(self.ctrl.slots[r, CARD])}): last completed collective #{done}"
+                         + (f" ({self.ctrl.fingerprint(r)})" if done else ""))
+        return "; ".join(lines)
+
+    # -- barriers --------------------------------------------------------------------------------------
+    def barrier(self, what: str, seq: int) -> None:
+        slots = self.ctrl.slots
+        target = int(slots[self.rank, PHASE]) + 1
+        slots[self.rank, PHASE] = target
+        others = [r for r in range(self.n) if r != self.rank]
+        try:
+            _wait(lambda: all(slots[r, PHASE] >= target for r in others), timeout=self.exec_timeout,
+                  check=lambda: self._check_peers([r for r in others if slots[r, PHASE] < target], what))
+        except WaitAbort:
+            raise HcclError(HcclResult.HCCL_E_TIMEOUT, self._missing_report(seq, what)) from None
+
+    # -- collectives -----------------------------------------------------------------------------------
+    def collective(self, seq: int, op: str, p: dict, views: dict) -> None:
+        """Run collective ``op`` #seq; ``views`` are this rank's buffers as (seg, off, nbytes)."""
+        what = f"{op} #{seq} on comm '{self.comm_id}' (rank {self.rank})"
+        ctrl, me = self.ctrl, self.ctrl.slots[self.rank]
+        dtype = np_dtype(p["dtype"])
+        sched = None
+        if op != "all_to_all_v":
+            sched = self.service.schedule(op, self.n, p, self.nodes)
+            if sched.tmp_count:
+                views = dict(views, tmp=self.scratch(sched.tmp_count * dtype.itemsize))
+        fp = p["fingerprint"]
+        ctrl.set_fingerprint(self.rank, fp)
+        for i, name in enumerate(("send", "recv", "tmp")):
+            seg = views.get(name)
+            me[BUF0 + 3 * i: BUF0 + 3 * i + 3] = seg if seg is not None else (-1, 0, 0)
+        if op == "all_to_all_v":
+            for peer in range(self.n):
+                ctrl.pairs[self.rank, peer, V_SCOUNT] = p["send_counts"][peer]
+                ctrl.pairs[self.rank, peer, V_SDISPL] = p["sdispls"][peer]
+                ctrl.pairs[peer, self.rank, V_RCOUNT] = p["recv_counts"][peer]
+        me[ARRIVED] = seq
+        self.barrier(what, seq)                    # everyone has published seq
+        fps = [ctrl.fingerprint(r) for r in range(self.n)]
+        problem = None
+        if len(set(fps)) > 1:
+            problem = f"ranks called different collectives: {_group(fps)}"
+        elif op == "all_to_all_v":
+            bad = [(i, j, int(ctrl.pairs[i, j, V_SCOUNT]), int(ctrl.pairs[i, j, V_RCOUNT]))
+                   for i in range(self.n) for j in range(self.n)
+                   if ctrl.pairs[i, j, V_SCOUNT] != ctrl.pairs[i, j, V_RCOUNT]]
+            if bad:
+                problem = "send and recv counts disagree: " + "; ".join(
+                    f"rank {i} sends {a} elements to rank {j}, which expects {b}" for i, j, a, b in bad[:8])
+        if problem:
+            self.barrier(what, seq)                # nobody overwrites its slot before all have read it
+            me[DONE] = seq
+            raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{self.comm_id}': {problem}")
+        arrays = {r: self._rank_arrays(r, dtype) for r in range(self.n)}
+        if sched is None:
+            self._all_to_all_v(arrays, p, ctrl)
+            self.barrier(what, seq)
+        else:
+            rop = p.get("op", 0)
+            for step in sched.for_rank(self.rank):
+                for t in step:
+                    if t.count:
+                        src = arrays[t.src][t.src_buf][t.src_off: t.src_off + t.count]
+                        dst = arrays[t.dst][t.dst_buf][t.dst_off: t.dst_off + t.count]
+                        if t.reduce:
+                            apply_reduce(rop, dst, src)
+                        elif dst.ctypes.data != src.ctypes.data:      # in-place calls: a region onto itself
+                            np.copyto(dst, src)
+                self.barrier(what, seq)
+            if not sched.steps:
+                self.barrier(what, seq)
+        me[DONE] = seq
+        self.last_done = fp
+
+    def _all_to_all_v(self, arrays, p, ctrl) -> None:
+        recv = arrays[self.rank]["recv"]
+        for src in range(self.n):
+            count = int(ctrl.pairs[src, self.rank, V_SCOUNT])
+            if count:
+                off = int(ctrl.pairs[src, self.rank, V_SDISPL])
+                rd = p["rdispls"][src]
+                np.copyto(recv[rd: rd + count], arrays[src]["send"][off: off + count])
+
+    def scratch(self, nbytes: int):
+        """This rank's scratch buffer in card memory (grown on demand; counts toward capacity)."""
+        mem = self.card.memory
+        if nbytes > self.scratch_bytes:
+            if self.scratch_ptr is not None:
+                mem.free(self.scratch_ptr)
+                self.scratch_ptr = None
+            self.scratch_ptr = mem.malloc(max(nbytes, 4096), owner=getattr(self.owner, "id", None))
+            self.scratch_bytes = max(nbytes, 4096)
+        seg, off = mem.locate(self.scratch_ptr, nbytes, what="hccl scratch")
+        return (seg, off, nbytes)
+
+    def _rank_arrays(self, r: int, dtype) -> dict:
+        slot = self.ctrl.slots[r]
+        out = {}
+        card = int(slot[CARD])
+        for i, name in enumerate(("send", "recv", "tmp")):
+            seg, off, nbytes = (int(x) for x in slot[BUF0 + 3 * i: BUF0 + 3 * i + 3])
+            if seg < 0:
+                out[name] = np.empty(0, dtype)
+                continue
+            base = self.service.segment_array(card, seg)
+            out[name] = base[off: off + nbytes].view(dtype)
+        return out
+
+    # -- point to point --------------------------------------------------------------------------------
+    def post_send(self, peer: int, view, count: int, dtype: int) -> None:
+        """Publish a send to ``peer`` in the pair's mailbox (after the previous one was received)."""
+        key = (self.rank, peer)
+        seq = self.p2p_seq[key] = self.p2p_seq.get(key, 0) + 1
+        box = self.ctrl.pairs[self.rank, peer]
+        if seq > 1:
+            self._wait_received(peer, seq - 1)
+        box[P_SEG], box[P_OFF], box[P_SIZE] = view
+        box[P_COUNT], box[P_DTYPE] = count, dtype
+        box[P_SEND] = seq
+
+    def wait_send(self, peer: int) -> None:
+        """Block until ``peer`` has received our latest send (HCCL send semantics)."""
+        self._wait_received(peer, self.p2p_seq[(self.rank, peer)])
+
+    def _wait_received(self, peer: int, seq: int) -> None:
+        box = self.ctrl.pairs[self.rank, peer]
+        what = f"send #{seq} from rank {self.rank} to rank {peer} on comm '{self.comm_id}'"
+        try:
+            _wait(lambda: box[P_RECV_DONE] >= seq or box[P_RECV_DONE] < 0, timeout=self.exec_timeout,
+                  check=lambda: self._check_peers([peer], what))
+        except WaitAbort:
+            raise HcclError(HcclResult.HCCL_E_TIMEOUT,
+                            f"{what}: rank {peer} never posted the matching recv within {self.exec_timeout:g} s "
+                            f"(HCCL_EXEC_TIMEOUT)") from None
+        if box[P_RECV_DONE] < 0:
+            box[P_RECV_DONE] = seq
+            raise HcclError(HcclResult.HCCL_E_PARA, f"{what}: the matching recv on rank {peer} expected a different "
+                                                    f"count or dtype (see that rank's error)")
+
+    def recv(self, peer: int, view, count: int, dtype: int) -> None:
+        key = (peer, self.rank)
+        seq = self.p2p_seq[key] = self.p2p_seq.get(key, 0) + 1
+        box = self.ctrl.pairs[peer, self.rank]
+        what = f"recv #{seq} on rank {self.rank} from rank {peer} on comm '{self.comm_id}'"
+        try:
+            _wait(lambda: box[P_SEND] >= seq, timeout=self.exec_timeout,
+                  check=lambda: self._check_peers([peer], what))
+        except WaitAbort:
+            raise HcclError(HcclResult.HCCL_E_TIMEOUT,
+                            f"{what}: rank {peer} never sent within {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT)") from None
+        if int(box[P_COUNT]) != count or int(box[P_DTYPE]) != dtype:
+            got = (int(box[P_COUNT]), int(box[P_DTYPE]))
+            box[P_RECV_DONE] = -1
+            raise HcclError(HcclResult.HCCL_E_PARA, f"{what}: rank {peer} sent count={got[0]} dtype={got[1]}, "
+                                                    f"this rank expects count={count} dtype={dtype}")
+        seg, off, nbytes = int(box[P_SEG]), int(box[P_OFF]), int(box[P_SIZE])
+        src = self.service.segment_array(int(self.ctrl.slots[peer, CARD]), seg)[off: off + nbytes]
+        dst = self.service.segment_array(self.card.index, view[0])[view[1]: view[1] + view[2]]
+        np.copyto(dst, src)
+        box[P_RECV_DONE] = seq
+
+    def close(self, status: int = CLOSED) -> None:
+        self.mark(status)
+        if self.scratch_ptr is not None:
+            try:
+                self.card.memory.free(self.scratch_ptr)
+            except Exception:
+                pass
+            self.scratch_ptr = None
+
+
+def _group(fps: list[str]) -> str:
+    """'ranks 0-2 called X; rank 3 called Y'."""
+    by: dict[str, list[int]] = {}
+    for r, fp in enumerate(fps):
+        by.setdefault(fp, []).append(r)
+    parts = []
+    for fp, ranks in by.items():
+        if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+            who = f"ranks {ranks[0]}-{ranks[-1]}"
+        else:
+            who = ("ranks " if len(ranks) > 1 else "rank ") + ",".join(map(str, ranks))
+        parts.append(f"{who} called {fp}")
+    return "; ".join(parts)

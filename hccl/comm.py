@@ -1,0 +1,258 @@
+"""Host-side communicators: root info, init (root info, rank table, all devices, sub-comms), destroy."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import threading
+import uuid
+
+import rt
+from rt.context import RUNTIME
+
+from .algos import parse_hccl_algo
+from .types import HcclResult
+from rt.errors import HcclError
+
+HCCL_ROOT_INFO_BYTES = 4108
+_cluster_inits = itertools.count()
+
+
+class RootInfo:
+    """Opaque, serializable identity of a communicator-to-be (HcclRootInfo): pass it to every rank."""
+
+    def __init__(self, comm_id: str | None = None):
+        self.id = comm_id or uuid.uuid4().hex[:16]
+
+    def to_bytes(self) -> bytes:
+        raw = b"npusim-root:" + self.id.encode()
+        return raw.ljust(HCCL_ROOT_INFO_BYTES, b"\0")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "RootInfo":
+        if not isinstance(data, (bytes, bytearray)) or not bytes(data).startswith(b"npusim-root:"):
+            raise HcclError(HcclResult.HCCL_E_PARA, "root info bytes were not produced by hccl.get_root_info()")
+        return cls(bytes(data)[12:].rstrip(b"\0").decode())
+
+    def __eq__(self, other):
+        return isinstance(other, RootInfo) and other.id == self.id
+
+    def __hash__(self):
+        return hash(self.id)
+
+    def __repr__(self):
+        return f"RootInfo({self.id!r})"
+
+
+class Communicator:
+    """One rank's handle on a communicator, bound to one card (the device current at init)."""
+
+    def __init__(self, ctx, comm_id: str, rank: int, size: int, members: list, options: dict):
+        self.ctx = ctx
+        self.id = comm_id
+        self.rank = rank
+        self.size = size
+        self.members = members
+        self.options = options
+        self.seq = 0
+        self.destroyed = False
+        self.lock = threading.Lock()
+
+    @property
+    def world_size(self) -> int:
+        return self.size
+
+    @property
+    def device(self) -> int:
+        return self.ctx.device
+
+    def next_seq(self) -> int:
+        with self.lock:
+            self.seq += 1
+            return self.seq
+
+    def __repr__(self):
+        return f"Communicator({self.id!r}, rank {self.rank}/{self.size} on {self.ctx.name})"
+
+    # tensor helpers are attached in hccl/tensor_ops.py
+
+
+def _env_float(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if text is None or text == "":
+        return float(default)
+    try:
+        value = float(text)
+    except ValueError:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{name}={text!r} is not a number of seconds") from None
+    if value < 0:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{name}={text!r} must be >= 0")
+    return value
+
+
+def options_from_env() -> dict:
+    """HCCL settings from this process's environment (they travel with every init request)."""
+    cfg = RUNTIME.cfg
+    exec_timeout = _env_float("HCCL_EXEC_TIMEOUT", cfg.exec_timeout if cfg else 1836)
+    algo = os.environ.get("HCCL_ALGO", "")
+    if algo:
+        parse_hccl_algo(algo)        # raises HCCL_E_PARA naming the bad part
+    det = os.environ.get("HCCL_DETERMINISTIC", "false").lower()
+    if det not in ("true", "false", "strict", "1", "0"):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"HCCL_DETERMINISTIC={det!r} (expected true, false or strict)")
+    return {"exec_timeout": exec_timeout or 1e9,          # 0 means "never" in CANN's host modes
+            "connect_timeout": _env_float("HCCL_CONNECT_TIMEOUT", cfg.connect_timeout if cfg else 120),
+            "algo": algo, "deterministic": det in ("true", "strict", "1")}
+
+
+def get_root_info() -> RootInfo:
+    """Create the identity of a new communicator (call on the root rank and share it with the others)."""
+    return RootInfo()
+
+
+def _check_rank(nranks, rank, call):
+    if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: nranks must be an int >= 1, got {nranks!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < nranks:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: rank {rank!r} is outside [0, {nranks})")
+
+
+def _init(ctx, comm_id: str, nranks: int, rank: int, call: str) -> Communicator:
+    opts = options_from_env()
+    reply = ctx.client.call("hccl_init", comm_id, nranks, rank, opts, pass_req=True,
+                            timeout=opts["connect_timeout"] + 30,
+                            timeout_error=lambda: HcclError(HcclResult.HCCL_E_TIMEOUT,
+                                                            f"{call}: card {ctx.physical} did not answer"))
+    return Communicator(ctx, comm_id, rank, nranks, reply["members"], opts)
+
+
+def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communicator:
+    """Join the communicator of ``root_info`` as ``rank`` of ``nranks``, on the current device."""
+    _check_rank(nranks, rank, "comm_init_root_info")
+    if isinstance(root_info, (bytes, bytearray)):
+        root_info = RootInfo.from_bytes(root_info)
+    if not isinstance(root_info, RootInfo):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_root_info: root_info {root_info!r} is not a RootInfo")
+    ctx = RUNTIME.require_current("comm_init_root_info")
+    return _init(ctx, root_info.id, nranks, rank, "comm_init_root_info")
+
+
+def comm_init_all(devices) -> list[Communicator]:
+    """One process, several cards: a communicator over ``devices`` (rank i on devices[i])."""
+    devices = list(devices)
+    if not devices or len(set(devices)) != len(devices):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_all: devices {devices} must be non-empty and distinct")
+    for d in devices:
+        RUNTIME.physical(d)
+    root = get_root_info()
+    comms: list = [None] * len(devices)
+    errs: list = []
+
+    def one(i, dev):
+        try:
+            rt.set_device(dev)
+            comms[i] = comm_init_root_info(len(devices), root, i)
+        except Exception as e:  # collected and re-raised below
+            errs.append(e)
+
+    threads = [threading.Thread(target=one, args=(i, d)) for i, d in enumerate(devices)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errs:
+        raise errs[0]
+    return comms
+
+
+def comm_init_cluster_info(rank_table_path: str, rank: int) -> Communicator:
+    """Join the communicator described by a rank table (JSON v1.0) as ``rank``; binds the card named there."""
+    from .ranktable import load_rank_table
+    table = load_rank_table(rank_table_path)
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank not in table.devices:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_cluster_info: rank {rank!r} is not in {rank_table_path} "
+                                                f"(rank_ids {sorted(table.devices)})")
+    server, device_id = table.devices[rank]
+    RUNTIME.require()
+    if server != RUNTIME.node:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_cluster_info: rank {rank} belongs to server {server} of "
+                                                f"the rank table, but this process runs on node {RUNTIME.node}")
+    try:
+        logical = RUNTIME.visible.index(device_id)
+    except ValueError:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_cluster_info: device_id {device_id} of rank {rank} is "
+                                                f"not visible to this process (visible cards {RUNTIME.visible})") from None
+    cur = RUNTIME.current
+    if cur is None or cur.physical != device_id:
+        rt.set_device(logical)
+    digest = hashlib.sha1(table.text.encode()).hexdigest()[:12]
+    job = os.environ.get("NPUSIM_JOB", "")
+    comm_id = f"rt-{digest}-{job}-{os.environ.get('RESTART_COUNT', '0')}-{next(_cluster_inits)}"
+    return _init(RUNTIME.current, comm_id, table.size, rank, "comm_init_cluster_info")
+
+
+def create_sub_comm(comm: Communicator, rank_ids, sub_comm_id: int, sub_rank: int) -> Communicator | None:
+    """HcclCreateSubCommConfig: members pass the ordered global ranks; non-members pass None → None."""
+    _check_comm(comm, "create_sub_comm")
+    if rank_ids is None:
+        return None
+    ids = list(rank_ids)
+    if sorted(set(ids)) != ids or not ids or ids[0] < 0 or ids[-1] >= comm.size:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: rank_ids {ids} must be ascending, distinct ranks "
+                                                f"of comm '{comm.id}' (size {comm.size})")
+    if comm.rank not in ids:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: rank {comm.rank} is not in rank_ids {ids}; "
+                                                f"non-members pass rank_ids=None")
+    if sub_rank != ids.index(comm.rank):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: sub_rank {sub_rank} but global rank {comm.rank} "
+                                                f"is at index {ids.index(comm.rank)} of rank_ids")
+    return _init(comm.ctx, f"{comm.id}_sub_{sub_comm_id}", len(ids), sub_rank, "create_sub_comm")
+
+
+def comm_destroy(comm: Communicator) -> None:
+    _check_comm(comm, "comm_destroy")
+    comm.destroyed = True
+    if not comm.ctx.destroyed and not comm.ctx.client.lost:
+        comm.ctx.client.call("hccl_destroy", comm.id, comm.rank)
+
+
+def get_rank_size(comm: Communicator) -> int:
+    return _check_comm(comm, "get_rank_size").size
+
+
+def get_rank_id(comm: Communicator) -> int:
+    return _check_comm(comm, "get_rank_id").rank
+
+
+def _check_comm(comm, call) -> Communicator:
+    if not isinstance(comm, Communicator):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {comm!r} is not a communicator")
+    if comm.destroyed or comm.ctx.destroyed:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: communicator '{comm.id}' was destroyed")
+    return comm
+
+
+_world: Communicator | None = None
+
+
+def init() -> Communicator:
+    """The world communicator of a process started by ``launch``/``spawn`` (reads RANK, WORLD_SIZE,
+    DEVICE_ID; calls ``rt.init()`` and ``rt.set_device`` first when needed)."""
+    global _world
+    if _world is not None and not _world.destroyed:
+        return _world
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        raise HcclError(HcclResult.HCCL_E_PARA, "hccl.init(): RANK and WORLD_SIZE are not set — start the script "
+                                                "with `launch --nproc N script.py` (or use comm_init_root_info)") from None
+    device = int(os.environ.get("DEVICE_ID", os.environ.get("LOCAL_RANK", "0")))
+    if not rt.is_initialized():
+        rt.init()
+    if RUNTIME.current is None:
+        rt.set_device(device)
+    comm_id = f"world-{os.environ.get('NPUSIM_JOB', 'local')}-{os.environ.get('RESTART_COUNT', '0')}"
+    _world = _init(RUNTIME.current, comm_id, world, rank, "hccl.init")
+    return _world

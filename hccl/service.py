@@ -1,0 +1,171 @@
+"""The per-card HCCL service: communicator endpoints, rendezvous, control blocks, schedule cache.
+
+The card (``rt/card.py``) forwards ``hccl_*`` commands and tasks here. Communicator init waits for
+every rank in a rendezvous keyed by the communicator id (through Ray's KV store for card actors, an
+in-process table for local cards), bounded by ``HCCL_CONNECT_TIMEOUT``, and names the ranks that
+never joined. Environment-controlled behaviour (timeouts, HCCL_ALGO) comes from the *calling
+process's* environment, sent along with each request.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+
+from rt.errors import AclError, HcclError, NpuError
+from rt.segment import Segment
+
+from . import algos
+from .cardside import ALIVE, CLOSED, HOST_GONE, Endpoint
+from .types import HcclResult, np_dtype
+
+
+class LocalRendezvous:
+    """Rendezvous for in-process cards (the local backend)."""
+
+    def __init__(self):
+        self.table: dict[str, dict[int, list]] = {}
+        self.cv = threading.Condition()
+
+    def join(self, comm_id: str, nranks: int, rank: int, info: list, timeout: float) -> list:
+        deadline = time.monotonic() + timeout
+        with self.cv:
+            members = self.table.setdefault(comm_id, {})
+            if rank in members:
+                raise HcclError(HcclResult.HCCL_E_PARA, f"comm '{comm_id}': rank {rank} joined twice")
+            members[rank] = info
+            self.cv.notify_all()
+            while len(members) < nranks:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _init_timeout(comm_id, nranks, sorted(members), timeout)
+                self.cv.wait(left)
+            return [members[r] for r in range(nranks)]
+
+
+class RayRendezvous:
+    """Rendezvous for card actors through Ray's internal KV store (no extra ports)."""
+
+    def join(self, comm_id: str, nranks: int, rank: int, info: list, timeout: float) -> list:
+        import msgpack
+        from ray.experimental import internal_kv as kv
+        prefix = f"hccl/{comm_id}/"
+        if not kv._internal_kv_put(f"{prefix}{rank}", msgpack.packb(info), overwrite=False, namespace="npusim"):
+            raise HcclError(HcclResult.HCCL_E_PARA, f"comm '{comm_id}': rank {rank} joined twice")
+        deadline = time.monotonic() + timeout
+        found: dict[int, list] = {}
+        delay = 0.005
+        while True:
+            for r in range(nranks):
+                if r not in found:
+                    v = kv._internal_kv_get(f"{prefix}{r}", namespace="npusim")
+                    if v is not None:
+                        found[r] = msgpack.unpackb(v)
+            if len(found) == nranks:
+                return [found[r] for r in range(nranks)]
+            if time.monotonic() > deadline:
+                raise _init_timeout(comm_id, nranks, sorted(found), timeout)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+
+
+def _init_timeout(comm_id, nranks, joined, timeout) -> HcclError:
+    missing = [r for r in range(nranks) if r not in joined]
+    return HcclError(HcclResult.HCCL_E_TIMEOUT,
+                     f"comm init '{comm_id}': ranks {missing} never joined within {timeout:g} s "
+                     f"(HCCL_CONNECT_TIMEOUT); joined: {joined}")
+
+
+class HcclService:
+    def __init__(self, card, rendezvous=None):
+        self.card = card
+        self.rendezvous = rendezvous or getattr(card, "rendezvous", None) or LocalRendezvous()
+        self.endpoints: dict[str, Endpoint] = {}
+        self.ctrl: dict[str, Segment] = {}
+        self.lock = threading.Lock()
+
+    # -- shared memory --------------------------------------------------------------------------
+    def ctrl_array(self, comm_id: str, nbytes: int):
+        with self.lock:
+            seg = self.ctrl.get(comm_id)
+            if seg is None:
+                seg = self.ctrl[comm_id] = Segment(max(nbytes, 4096), name=f"npusim-hccl-{comm_id}")
+                seg.array[:] = 0
+            return seg.array
+
+    def peer_ctrl_array(self, card_index: int, comm_id: str, nbytes: int):
+        return self.card.peers.ctrl_array(card_index, comm_id, nbytes)
+
+    def segment_array(self, card_index: int, seg: int):
+        if card_index == self.card.index:
+            return self.card.memory.segment(seg).array
+        return self.card.peers.segment(card_index, seg, None)
+
+    @functools.lru_cache(maxsize=256)
+    def _schedule(self, op, n, count, root, algo_text, nodes, nbytes, topology, v_key):
+        algo, params = algos.choose(op, n, nbytes, nodes=nodes, topology=topology, hccl_algo=algo_text or None)
+        kw = dict(params)
+        if root is not None:
+            kw["root"] = root
+        if v_key is not None:
+            kw.update(dict(v_key))
+        return algos.build(op, algo, n, count, **kw)
+
+    def schedule(self, op: str, n: int, p: dict, nodes: int):
+        dt = np_dtype(p["dtype"])
+        v_key = None
+        if op == "all_to_all_v":
+            v_key = tuple((k, tuple(tuple(x) for x in p[k])) for k in ("send_counts", "sdispls", "recv_counts", "rdispls"))
+        topology = getattr(getattr(self.card, "config", None), "topology", "fullmesh")
+        return self._schedule(op, n, p["count"], p.get("root"), p.get("algo") or "", nodes,
+                              p["count"] * dt.itemsize, topology, v_key)
+
+    # -- commands -----------------------------------------------------------------------------------
+    def init(self, conn, comm_id: str, nranks: int, rank: int, options: dict) -> dict:
+        info = [self.card.node, self.card.index, os.getpid()]
+        members = self.rendezvous.join(comm_id, nranks, rank, info, float(options.get("connect_timeout", 120)))
+        seen = {}
+        for r, m in enumerate(members):
+            key = (m[0], m[1])
+            if key in seen:
+                raise HcclError(HcclResult.HCCL_E_PARA, f"comm init '{comm_id}': ranks {seen[key]} and {r} are both on "
+                                                        f"card {m[1]} of node {m[0]} (one rank per card)")
+            seen[key] = r
+        if len({m[0] for m in members}) > 1:
+            raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT,
+                            f"comm init '{comm_id}': ranks span nodes {sorted({m[0] for m in members})}; this build "
+                            f"runs collectives between the cards of one node only")
+        ep = Endpoint(self, comm_id, nranks, rank, members, options, conn)
+        ep.attach()
+        with self.lock:
+            self.endpoints[(comm_id, rank)] = ep
+        return {"members": members}
+
+    def endpoint(self, comm_id: str, rank: int) -> Endpoint:
+        ep = self.endpoints.get((comm_id, rank))
+        if ep is None:
+            raise HcclError(HcclResult.HCCL_E_PARA, f"comm '{comm_id}' rank {rank} does not exist on {self.card.where} "
+                                                    f"(destroyed, or never initialized)")
+        return ep
+
+    def destroy(self, comm_id: str, rank: int) -> None:
+        with self.lock:
+            ep = self.endpoints.pop((comm_id, rank), None)
+        if ep is not None:
+            ep.close(CLOSED)
+
+    def release_owner(self, conn) -> None:
+        with self.lock:
+            mine = [k for k, ep in self.endpoints.items() if ep.owner is conn]
+            eps = [self.endpoints.pop(k) for k in mine]
+        for ep in eps:
+            ep.close(HOST_GONE)
+
+    def close(self) -> None:
+        for key in list(self.endpoints):
+            self.destroy(*key)
+        for seg in self.ctrl.values():
+            seg.close()
+        self.ctrl.clear()

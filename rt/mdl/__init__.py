@@ -1,0 +1,11 @@
+"""Offline models (the ``.om`` analogue): file format, GraphBuilder, executor and the pyACL ``mdl`` API."""
+
+from .api import *  # noqa: F401,F403  (pyACL-named host functions)
+from .api import __all__ as _api_names
+from .builder import GraphBuilder, Value
+from .executor import Executor
+from .format import ModelDef, Node, ValueInfo, Weight, parse, serialize
+from .store import ModelStore, describe
+
+__all__ = [*_api_names, "Executor", "GraphBuilder", "ModelDef", "ModelStore", "Node", "Value", "ValueInfo",
+           "Weight", "describe", "parse", "serialize"]

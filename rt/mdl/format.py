@@ -1,0 +1,396 @@
+"""The offline-model file format ("npusim-om", the ``.om`` analogue): schema, writer, safe parser.
+
+A model file is one msgpack map (see ``docs/model_format.md``). :func:`parse` treats the bytes as
+hostile data: msgpack is decoded with every container and string bounded by the input length and
+absolute caps, no extension types, no pickle/eval/import; every field's type is checked; the graph
+is checked (known ops, no dangling or doubly produced values, no cycles) and shape inference is
+re-run over it so the declared outputs must agree with what the ops compute. Anything wrong fails
+with ``AclError`` 100003 (not a model file), 100012 (undecodable bytes) or 100013 (malformed
+model), with a message naming the offending field or node.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import os
+
+import msgpack
+import numpy as np
+
+from ..constants import _NP_TO_ACL, AclErrorCode
+from ..errors import AclError
+from ..kernels import registry
+
+FORMAT_TAG = "npusim-om"
+FORMAT_VERSION = 1
+
+# Absolute caps: far above any sane model, far below anything that could exhaust the host.
+MAX_MODEL_BYTES = 4 << 30  # a model file (weights included)
+MAX_STR_LEN = 1 << 16  # names, op types, string attrs
+MAX_ARRAY_LEN = 1 << 20  # nodes, weights, attribute lists
+MAX_MAP_LEN = 1 << 12  # attrs of one node, top-level keys
+MAX_RANK = 32  # dims per tensor
+MAX_DIM = (1 << 31) - 1  # one dimension
+MAX_ATTR_DEPTH = 3  # lists of lists of lists of scalars
+MAX_BATCH_GEARS = 100  # CANN allows at most 100 dynamic-batch gears
+
+# The only dtype spellings a file may use: the numpy names of the ACL dtypes.
+DTYPES: dict[str, np.dtype] = {str(dt): dt for dt in _NP_TO_ACL}
+
+PARSE = AclErrorCode.ACL_ERROR_PARSE_MODEL
+
+
+@dataclasses.dataclass(frozen=True)
+class ValueInfo:
+    """A model input or output: name, dtype and shape (-1 marks a dynamic dim)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def spec(self) -> registry.TensorSpec:
+        return registry.TensorSpec(self.shape, self.dtype)
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One operator application: ONNX op type, node name, value names in and out, attributes."""
+
+    op: str
+    name: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Weight:
+    """A constant tensor stored in the file as raw little-endian bytes."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    data: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+    @property
+    def spec(self) -> registry.TensorSpec:
+        return registry.TensorSpec(self.shape, self.dtype)
+
+    def array(self) -> np.ndarray:
+        """A read-only numpy view of the weight bytes."""
+        return np.frombuffer(self.data, dtype=self.dtype).reshape(self.shape)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDef:
+    """A parsed model. ``nodes`` are in topological order after :func:`parse`."""
+
+    name: str
+    inputs: tuple[ValueInfo, ...]
+    outputs: tuple[ValueInfo, ...]
+    nodes: tuple[Node, ...]
+    weights: tuple[Weight, ...]
+    batch_sizes: tuple[int, ...] = ()  # dynamic-batch gears; empty = not a dynamic-batch model
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(w.nbytes for w in self.weights)
+
+
+# ---------------------------------------------------------------------------------------------
+# writing
+
+
+def _info_doc(v: ValueInfo) -> dict:
+    return {"name": v.name, "dtype": str(v.dtype), "shape": list(v.shape)}
+
+
+def to_document(model: ModelDef) -> dict:
+    """The msgpack-able map of a model, exactly as it goes into the file."""
+    doc = {
+        "format": FORMAT_TAG,
+        "version": FORMAT_VERSION,
+        "name": model.name,
+        "inputs": [_info_doc(v) for v in model.inputs],
+        "outputs": [_info_doc(v) for v in model.outputs],
+        "nodes": [{"op": n.op, "name": n.name, "inputs": list(n.inputs), "outputs": list(n.outputs),
+                   "attrs": dict(n.attrs)} for n in model.nodes],
+        "weights": [{"name": w.name, "dtype": str(w.dtype), "shape": list(w.shape), "data": bytes(w.data)}
+                    for w in model.weights],
+    }
+    if model.batch_sizes:
+        doc["dynamic"] = {"batch_sizes": list(model.batch_sizes)}
+    return doc
+
+
+def serialize(model: ModelDef) -> bytes:
+    """Encode a model as npusim-om bytes."""
+    return msgpack.packb(to_document(model), use_bin_type=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# reading
+
+
+def read_model_file(path) -> bytes:
+    """Read a model file, refusing one larger than MAX_MODEL_BYTES before reading it."""
+    try:
+        size = os.stat(path).st_size
+        if size > MAX_MODEL_BYTES:
+            raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
+                           f"load_from_file: {path!r} is {size} bytes, larger than the {MAX_MODEL_BYTES}-byte model cap")
+        with open(path, "rb") as f:
+            return f.read(MAX_MODEL_BYTES + 1)
+    except OSError as exc:
+        raise AclError(AclErrorCode.ACL_ERROR_READ_MODEL_FAILURE,
+                       f"load_from_file: cannot read model file {path!r}: {exc.strerror or exc}") from None
+
+
+def _no_ext(code, data):
+    raise ValueError(f"msgpack extension type {code} is not allowed in a model file")
+
+
+def decode(data) -> dict:
+    """Bounded msgpack decode of the top-level map; raises 100003 / 100012."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
+                       f"load model: expected the model as bytes, got {type(data).__name__}")
+    n = len(data)
+    if n == 0 or n > MAX_MODEL_BYTES:
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
+                       f"load model: model size {n} bytes is outside 1..{MAX_MODEL_BYTES}")
+    try:
+        doc = msgpack.unpackb(
+            data, raw=False, strict_map_key=True, use_list=True, ext_hook=_no_ext, timestamp=0,
+            # no container can hold more items than there are bytes, and none is absurdly long
+            max_bin_len=n, max_str_len=min(n, MAX_STR_LEN), max_array_len=min(n, MAX_ARRAY_LEN),
+            max_map_len=min(n, MAX_MAP_LEN), max_ext_len=0)
+    except Exception as exc:  # msgpack raises ValueError, its own exceptions, RecursionError...
+        raise AclError(AclErrorCode.ACL_ERROR_DESERIALIZE_MODEL,
+                       f"load model: bytes are not a valid npusim-om (msgpack) document: {type(exc).__name__}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
+                       f"load model: top level is a {type(doc).__name__}, expected the npusim-om map")
+    if doc.get("format") != FORMAT_TAG:
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
+                       f"load model: format tag is {_short(doc.get('format'))}, expected {FORMAT_TAG!r}")
+    return doc
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _fail(where: str, message: str):
+    raise AclError(PARSE, f"parse model: {where}: {message}")
+
+
+def _get(doc: dict, key: str, kind, where: str, optional: bool = False):
+    if key not in doc:
+        if optional:
+            return None
+        _fail(where, f"missing field {key!r}")
+    value = doc[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        expected = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        _fail(where, f"field {key!r} is {type(value).__name__} {_short(value)}, expected {expected}")
+    return value
+
+
+def _name(doc: dict, key: str, where: str) -> str:
+    value = _get(doc, key, str, where)
+    if not value:
+        _fail(where, f"field {key!r} is empty")
+    return value
+
+
+def _dtype(doc: dict, where: str) -> np.dtype:
+    text = _get(doc, "dtype", str, where)
+    if text not in DTYPES:
+        _fail(where, f"dtype {_short(text)} is not one of {sorted(DTYPES)}")
+    return DTYPES[text]
+
+
+def _shape(doc: dict, where: str, dynamic_ok: bool) -> tuple[int, ...]:
+    dims = _get(doc, "shape", list, where)
+    if len(dims) > MAX_RANK:
+        _fail(where, f"shape has {len(dims)} dims, at most {MAX_RANK} allowed")
+    low = -1 if dynamic_ok else 0
+    for d in dims:
+        if not isinstance(d, int) or isinstance(d, bool) or not low <= d <= MAX_DIM:
+            _fail(where, f"shape {_short(dims)} has dim {_short(d)}, expected an int in {low}..{MAX_DIM}")
+    return tuple(dims)
+
+
+def _attr_value(value, where: str, depth: int = 0):
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, list) and depth < MAX_ATTR_DEPTH:
+        return [_attr_value(v, where, depth + 1) for v in value]
+    _fail(where, f"attribute value {_short(value)} ({type(value).__name__}) is not a scalar "
+                 f"or a list of at most {MAX_ATTR_DEPTH} levels")
+
+
+def _names(doc: dict, key: str, where: str) -> tuple[str, ...]:
+    items = _get(doc, key, list, where)
+    for item in items:
+        if not isinstance(item, str) or not item:
+            _fail(where, f"{key} entry {_short(item)} is not a value name")
+    return tuple(items)
+
+
+def _value_info(doc, where: str) -> ValueInfo:
+    if not isinstance(doc, dict):
+        _fail(where, f"expected a map, got {type(doc).__name__}")
+    return ValueInfo(_name(doc, "name", where), _dtype(doc, where), _shape(doc, where, dynamic_ok=True))
+
+
+def _node(doc, where: str) -> Node:
+    if not isinstance(doc, dict):
+        _fail(where, f"expected a map, got {type(doc).__name__}")
+    name = _name(doc, "name", where)
+    where = f"node {name!r}"
+    attrs = _get(doc, "attrs", dict, where, optional=True) or {}
+    attrs = {k: _attr_value(v, f"{where} attr {k!r}") for k, v in attrs.items()}
+    return Node(_name(doc, "op", where), name, _names(doc, "inputs", where), _names(doc, "outputs", where), attrs)
+
+
+def _weight(doc, where: str) -> Weight:
+    if not isinstance(doc, dict):
+        _fail(where, f"expected a map, got {type(doc).__name__}")
+    name = _name(doc, "name", where)
+    where = f"weight {name!r}"
+    dtype, shape = _dtype(doc, where), _shape(doc, where, dynamic_ok=False)
+    data = _get(doc, "data", bytes, where)
+    claimed = math.prod(shape) * dtype.itemsize  # exact Python int: no overflow, nothing allocated
+    if claimed != len(data):
+        _fail(where, f"{dtype}{list(shape)} needs {claimed} bytes but the file holds {len(data)}")
+    return Weight(name, dtype, shape, data)
+
+
+def _batch_sizes(doc: dict, inputs: tuple[ValueInfo, ...]) -> tuple[int, ...]:
+    dynamic = _get(doc, "dynamic", dict, "model", optional=True)
+    if not dynamic:
+        return ()
+    sizes = _get(dynamic, "batch_sizes", list, "dynamic")
+    if not 1 <= len(sizes) <= MAX_BATCH_GEARS:
+        _fail("dynamic", f"batch_sizes has {len(sizes)} entries, expected 1..{MAX_BATCH_GEARS}")
+    for b in sizes:
+        if not isinstance(b, int) or isinstance(b, bool) or not 1 <= b <= MAX_DIM:
+            _fail("dynamic", f"batch size {_short(b)} is not an int in 1..{MAX_DIM}")
+    if len(set(sizes)) != len(sizes):
+        _fail("dynamic", f"batch_sizes {sizes} has duplicates")
+    check_batch_inputs(inputs, "dynamic", _fail)
+    return tuple(sizes)
+
+
+def check_batch_inputs(inputs, where: str, fail) -> None:
+    """A dynamic-batch model has -1 only as dim 0 of its inputs, and at least one such input."""
+    if not any(v.shape and v.shape[0] == -1 for v in inputs):
+        fail(where, "dynamic batch needs an input whose dim 0 is -1")
+    for v in inputs:
+        if -1 in v.shape[1:]:
+            fail(where, f"input {v.name!r} shape {list(v.shape)} has -1 outside dim 0, not allowed with dynamic batch")
+
+
+def parse(data) -> ModelDef:
+    """Decode and fully validate npusim-om bytes; the result is safe to load and execute."""
+    doc = decode(data)
+    version = doc.get("version")
+    if version != FORMAT_VERSION:
+        _fail("model", f"version is {_short(version)}, this runtime reads version {FORMAT_VERSION}")
+    name = _get(doc, "name", str, "model")
+    inputs = tuple(_value_info(d, f"inputs[{i}]") for i, d in enumerate(_get(doc, "inputs", list, "model")))
+    outputs = tuple(_value_info(d, f"outputs[{i}]") for i, d in enumerate(_get(doc, "outputs", list, "model")))
+    nodes = tuple(_node(d, f"nodes[{i}]") for i, d in enumerate(_get(doc, "nodes", list, "model")))
+    weights = tuple(_weight(d, f"weights[{i}]") for i, d in enumerate(_get(doc, "weights", list, "model")))
+    if not outputs:
+        _fail("model", "has no outputs")
+    model = ModelDef(name, inputs, outputs, nodes, weights, _batch_sizes(doc, inputs))
+    return check_graph(model)
+
+
+def check_graph(model: ModelDef) -> ModelDef:
+    """Validate the graph and shapes; return the model with its nodes in topological order."""
+    producer: dict[str, str] = {}  # value name -> what produced it (for messages)
+    specs: dict[str, registry.TensorSpec] = {}
+    for v in model.inputs:
+        _produce(producer, v.name, f"input {v.name!r}")
+        specs[v.name] = v.spec
+    for w in model.weights:
+        _produce(producer, w.name, f"weight {w.name!r}")
+        specs[w.name] = w.spec
+    node_names = set()
+    for node in model.nodes:
+        if node.name in node_names:
+            _fail(f"node {node.name!r}", "node name used twice")
+        node_names.add(node.name)
+        for out in node.outputs:
+            _produce(producer, out, f"node {node.name!r}")
+    for node in model.nodes:
+        for value in node.inputs:
+            if value not in producer:
+                _fail(f"node {node.name!r}", f"input {value!r} is never produced "
+                                             f"(no model input, weight or node output has that name)")
+    for v in model.outputs:
+        if v.name not in producer:
+            _fail(f"output {v.name!r}", "is never produced")
+
+    ordered = topological_order(model.nodes, specs.keys())
+    for node in ordered:
+        where = f"node {node.name!r} ({node.op})"
+        try:
+            registry.get_op(node.op)
+            got = registry.infer(node.op, [specs[v] for v in node.inputs], node.attrs)
+        except AclError as exc:
+            _fail(where, exc.message)
+        except Exception as exc:  # attrs come from the file: an op may choke on their types
+            _fail(where, f"shape inference failed: {type(exc).__name__}: {exc}")
+        if len(got) != len(node.outputs):
+            _fail(where, f"declares {len(node.outputs)} outputs, the op produces {len(got)}")
+        specs.update(zip(node.outputs, got))
+    for v in model.outputs:
+        have = specs[v.name]
+        if have.dtype != v.dtype or have.shape != v.shape:
+            _fail(f"output {v.name!r}", f"declared {v.dtype}{list(v.shape)} but the graph computes "
+                                        f"{have.dtype}{list(have.shape)} ({producer[v.name]})")
+    return dataclasses.replace(model, nodes=tuple(ordered))
+
+
+def _produce(producer: dict, value: str, by: str) -> None:
+    if value in producer:
+        _fail(by, f"value {value!r} is already produced by {producer[value]}")
+    producer[value] = by
+
+
+def topological_order(nodes, available) -> list[Node]:
+    """Kahn's algorithm; a node left over sits on a cycle."""
+    ready_values = set(available)
+    waiting = {node.name: {v for v in node.inputs if v not in ready_values} for node in nodes}
+    consumers: dict[str, list[Node]] = {}
+    for node in nodes:
+        for v in waiting[node.name]:
+            consumers.setdefault(v, []).append(node)
+    queue = collections.deque(node for node in nodes if not waiting[node.name])
+    order = []
+    while queue:
+        node = queue.popleft()
+        order.append(node)
+        for out in node.outputs:
+            for consumer in consumers.pop(out, ()):
+                pending = waiting[consumer.name]
+                pending.discard(out)
+                if not pending:
+                    queue.append(consumer)
+    if len(order) != len(nodes):
+        stuck = sorted(name for name, pending in waiting.items() if pending)
+        _fail(f"node {stuck[0]!r}", f"graph has a cycle through nodes {stuck[:8]}")
+    return order
