@@ -52,7 +52,7 @@ class RayRendezvous:
         import msgpack
         from ray.experimental import internal_kv as kv
         prefix = f"hccl/{comm_id}/"
-        if not kv._internal_kv_put(f"{prefix}{rank}", msgpack.packb(info), overwrite=False, namespace="npusim"):
+        if kv._internal_kv_put(f"{prefix}{rank}", msgpack.packb(info), overwrite=False, namespace="npusim"):
             raise HcclError(HcclResult.HCCL_E_PARA, f"comm '{comm_id}': rank {rank} joined twice")
         deadline = time.monotonic() + timeout
         found: dict[int, list] = {}
