@@ -127,8 +127,14 @@ class Endpoint:
 
     # -- setup ---------------------------------------------------------------------------------
     def attach(self) -> None:
-        root_node, root_card = self.members[0][0], self.members[0][1]
+        here = self.card.node
+        leader = min(r for r, m in enumerate(self.members) if m[0] == here)
+        root_node, root_card = self.members[leader][0], self.members[leader][1]
         size = ControlBlock.nbytes(self.n)
+        self.hub = None
+        if self.nodes > 1:
+            from .hub import get_hub
+            self.hub = get_hub(self.comm_id, self.n)
         if (root_node, root_card) == (self.card.node, self.card.index):
             arr = self.service.ctrl_array(self.comm_id, size)
         else:
@@ -171,12 +177,51 @@ class Endpoint:
         slots = self.ctrl.slots
         target = int(slots[self.rank, PHASE]) + 1
         slots[self.rank, PHASE] = target
+        if self.hub is not None:
+            return self._hub_barrier(what, seq, target)
         others = [r for r in range(self.n) if r != self.rank]
         try:
             _wait(lambda: all(slots[r, PHASE] >= target for r in others), timeout=self.exec_timeout,
                   check=lambda: self._check_peers([r for r in others if slots[r, PHASE] < target], what))
         except WaitAbort:
             raise HcclError(HcclResult.HCCL_E_TIMEOUT, self._missing_report(seq, what)) from None
+
+    def _hub_barrier(self, what: str, seq: int, target: int) -> None:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+        try:
+            ray.get(self.hub.barrier.remote(self.rank, target), timeout=self.exec_timeout)
+        except GetTimeoutError:
+            missing = ray.get(self.hub.missing.remote(target), timeout=30)
+            done = ray.get(self.hub.last_done.remote(), timeout=30)
+            raise HcclError(HcclResult.HCCL_E_TIMEOUT,
+                            f"{what}: timed out after {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT) waiting for ranks "
+                            f"{missing}; " + "; ".join(f"rank {r}: last completed collective #{done[r]}"
+                                                       for r in missing)) from None
+        except RayActorError as e:
+            raise HcclError(HcclResult.HCCL_E_REMOTE, f"{what}: the communicator's hub died: {e}") from None
+
+    def _fingerprints(self, seq: int, fp: str) -> list[str]:
+        if self.hub is None:
+            return [self.ctrl.fingerprint(r) for r in range(self.n)]
+        import ray
+        return ray.get(self.hub.fingerprints.remote(seq), timeout=60)
+
+    def _remote_step(self, step_index: int, seq: int, step, arrays) -> dict:
+        """Inter-node transfers of one step: put what remote ranks pull from us, fetch what we pull."""
+        import ray
+        node_of = [m[0] for m in self.members]
+        here = node_of[self.rank]
+        for i, t in enumerate(step):
+            if t.src == self.rank and node_of[t.dst] != here and t.count:
+                region = arrays[t.src][t.src_buf][t.src_off: t.src_off + t.count]
+                self.hub.deposit.remote((seq, step_index, i), [ray.put(np.ascontiguousarray(region))])
+        fetched = {}
+        for i, t in enumerate(step):
+            if t.dst == self.rank and node_of[t.src] != here and t.count:
+                refs = ray.get(self.hub.collect.remote((seq, step_index, i)), timeout=self.exec_timeout)
+                fetched[i] = ray.get(refs[0], timeout=self.exec_timeout)
+        return fetched
 
     # -- collectives -----------------------------------------------------------------------------------
     def collective(self, seq: int, op: str, p: dict, views: dict) -> None:
@@ -200,8 +245,10 @@ class Endpoint:
                 ctrl.pairs[self.rank, peer, V_SDISPL] = p["sdispls"][peer]
                 ctrl.pairs[peer, self.rank, V_RCOUNT] = p["recv_counts"][peer]
         me[ARRIVED] = seq
+        if self.hub is not None:
+            self.hub.publish.remote(self.rank, seq, fp, int(me[DONE]))
         self.barrier(what, seq)                    # everyone has published seq
-        fps = [ctrl.fingerprint(r) for r in range(self.n)]
+        fps = self._fingerprints(seq, fp)
         problem = None
         if len(set(fps)) > 1:
             problem = f"ranks called different collectives: {_group(fps)}"
@@ -216,16 +263,27 @@ class Endpoint:
             self.barrier(what, seq)                # nobody overwrites its slot before all have read it
             me[DONE] = seq
             raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{self.comm_id}': {problem}")
-        arrays = {r: self._rank_arrays(r, dtype) for r in range(self.n)}
+        here = self.members[self.rank][0]
+        arrays = {r: self._rank_arrays(r, dtype) if self.members[r][0] == here or r == self.rank else None
+                  for r in range(self.n)}
+        for r in range(self.n):                     # remote ranks: only their own sends are read, via Ray
+            if arrays[r] is None:
+                arrays[r] = _RemoteArrays()
         if sched is None:
+            if self.hub is not None:
+                raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT, f"{what}: all_to_all_v across nodes is not supported")
             self._all_to_all_v(arrays, p, ctrl)
             self.barrier(what, seq)
         else:
             rop = p.get("op", 0)
-            for step in sched.for_rank(self.rank):
-                for t in step:
+            for si, full_step in enumerate(sched.steps):
+                fetched = self._remote_step(si, seq, full_step, arrays) if self.hub is not None else {}
+                for i, t in enumerate(full_step):
+                    if t.dst != self.rank:
+                        continue
                     if t.count:
-                        src = arrays[t.src][t.src_buf][t.src_off: t.src_off + t.count]
+                        src = fetched[i] if i in fetched else \
+                            arrays[t.src][t.src_buf][t.src_off: t.src_off + t.count]
                         dst = arrays[t.dst][t.dst_buf][t.dst_off: t.dst_off + t.count]
                         if t.reduce:
                             apply_reduce(rop, dst, src)
@@ -332,6 +390,13 @@ class Endpoint:
             except Exception:
                 pass
             self.scratch_ptr = None
+
+
+class _RemoteArrays(dict):
+    """Placeholder for a rank on another node: its buffers are never mapped here."""
+
+    def __missing__(self, key):
+        raise HcclError(HcclResult.HCCL_E_INTERNAL, "a schedule read another node's buffer outside a Ray transfer")
 
 
 def _group(fps: list[str]) -> str:

@@ -133,10 +133,6 @@ class HcclService:
                 raise HcclError(HcclResult.HCCL_E_PARA, f"comm init '{comm_id}': ranks {seen[key]} and {r} are both on "
                                                         f"card {m[1]} of node {m[0]} (one rank per card)")
             seen[key] = r
-        if len({m[0] for m in members}) > 1:
-            raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT,
-                            f"comm init '{comm_id}': ranks span nodes {sorted({m[0] for m in members})}; this build "
-                            f"runs collectives between the cards of one node only")
         ep = Endpoint(self, comm_id, nranks, rank, members, options, conn)
         ep.attach()
         with self.lock:

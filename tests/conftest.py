@@ -1,0 +1,186 @@
+"""Shared fixtures: an in-process runtime per test, one embedded Ray session for all Ray tests,
+a deadline for every test, and a check at the end that nothing this session started is left behind.
+
+- ``rt_local``: ``rt.init(backend="local")`` (cards as objects in this process, no Ray), finalized
+  after the test whatever happens. ``rt_factory`` does the same with arguments (a config, a visible
+  devices string) for tests that need them.
+- ``ray_session``: session-scoped; starts ONE embedded Ray through ``rt.session.start_local_ray`` on
+  first use and shuts it down at the end of the test session. Tests then call ``rt.init()``, which
+  joins it (and must not stop it: the fixture owns the session).
+- Every test has a deadline: pytest-timeout (``timeout = 120`` in pyproject.toml); without the plugin
+  a faulthandler watchdog ends a hung run instead of letting it hang silently.
+- At session finish: every process the Ray session started is gone (killed by pid and reported if
+  not), and no npusim/Ray file was left in /dev/shm.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import time
+import uuid
+
+import psutil
+import pytest
+
+DEADLINE_S = 120
+_leftovers: list[str] = []          # problems found by fixture teardowns, reported at session finish
+_shm_before: set[str] = set()
+_ray_pids: set[int] = set()         # processes started by this test session's Ray
+
+
+def _shm_names() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+# ---------------------------------------------------------------- deadlines
+def pytest_configure(config):
+    global _shm_before
+    _shm_before = _shm_names()
+    config.addinivalue_line("markers", "ray: needs the embedded Ray session (slow)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    # pytest-timeout is the deadline; if it is not installed, a watchdog still stops a hang.
+    fallback = not item.config.pluginmanager.hasplugin("timeout")
+    if fallback:
+        faulthandler.dump_traceback_later(DEADLINE_S, exit=True)
+    try:
+        yield
+    finally:
+        if fallback:
+            faulthandler.cancel_dump_traceback_later()
+
+
+# ---------------------------------------------------------------- in-process runtime
+@pytest.fixture
+def rt_factory(monkeypatch):
+    """``start(config=None, visible=None)`` → the ``rt`` module, initialized with the local backend."""
+    import rt
+    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("NPUSIM_BACKEND", raising=False)
+    rt.get_recent_err_msg()                         # start each test with a clean error text
+
+    def start(config=None, visible=None):
+        if visible is not None:
+            monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", visible)
+        rt.init(config, backend="local")
+        return rt
+
+    yield start
+    if rt.is_initialized():
+        rt.finalize()
+
+
+@pytest.fixture
+def rt_local(rt_factory):
+    """The runtime with in-process cards (default config: 8 cards x 2 GiB)."""
+    return rt_factory()
+
+
+@pytest.fixture
+def dev0(rt_local):
+    """rt_local with device 0 set for the calling thread."""
+    rt_local.set_device(0)
+    return rt_local
+
+
+@pytest.fixture
+def small_config(tmp_path):
+    """Path of a config with 8 MiB of HBM per card (OOM is cheap to reach)."""
+    path = tmp_path / "small.toml"
+    path.write_text("[card]\nhbm_bytes = 8388608\n")
+    return str(path)
+
+
+# ---------------------------------------------------------------- Ray
+def _descendants() -> set[int]:
+    try:
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One embedded Ray session (127.0.0.1, no dashboard) for every Ray test; yields its GCS address."""
+    import ray
+
+    from rt import session
+    from rt.config import load_config
+    if ray.is_initialized():
+        pytest.fail("Ray is already initialized in the test process; the Ray fixture must own the session")
+    before = _descendants()
+    session.start_local_ray(load_config(None))
+    # The fixture owns the session: rt.finalize() in a test must not shut it down.
+    session._started_here = False
+    address = ray.get_runtime_context().gcs_address
+    try:
+        yield address
+    finally:
+        _ray_pids.update(_descendants() - before)
+        ray.shutdown()
+        _wait_gone(_ray_pids, timeout=15)
+
+
+@pytest.fixture
+def ray_rt(ray_session, monkeypatch):
+    """``rt`` initialized through Ray (joining the session) under a job id of its own; finalized after."""
+    import rt
+    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("NPUSIM_BACKEND", raising=False)
+    monkeypatch.delenv("NPUSIM_CARD_DIR", raising=False)
+    job = "t" + uuid.uuid4().hex[:10]
+    monkeypatch.setenv("NPUSIM_JOB", job)
+    rt.init()
+    try:
+        yield rt
+    finally:
+        if rt.is_initialized():
+            rt.finalize()
+        from rt import session
+        sockets = os.path.join(session.socket_root(), f"ray-{job}")
+        if os.path.exists(sockets):
+            _leftovers.append(f"card socket directory {sockets} outlived rt.finalize()")
+
+
+def _wait_gone(pids: set[int], timeout: float) -> set[int]:
+    deadline = time.monotonic() + timeout
+    alive = set(pids)
+    while alive and time.monotonic() < deadline:
+        alive = {p for p in alive if psutil.pid_exists(p) and _not_zombie(p)}
+        if alive:
+            time.sleep(0.2)
+    return alive
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+# ---------------------------------------------------------------- leak check at the end
+def pytest_sessionfinish(session, exitstatus):
+    problems = list(_leftovers)
+    alive = _wait_gone(_ray_pids, timeout=5) if _ray_pids else set()
+    for pid in sorted(alive):
+        try:
+            proc = psutil.Process(pid)
+            problems.append(f"process {pid} ({' '.join(proc.cmdline())[:120]}) outlived the Ray session")
+            proc.kill()                       # ours: started by this session's Ray
+        except psutil.Error:
+            pass
+    new_shm = {n for n in _shm_names() - _shm_before if "npusim" in n or "ray" in n or "plasma" in n}
+    problems += [f"/dev/shm/{n} was left behind" for n in sorted(new_shm)]
+    if problems:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        text = "resources leaked by the test session:\n  " + "\n  ".join(problems)
+        if reporter is not None:
+            reporter.write_line("\n" + text, red=True)
+        session.exitstatus = 1
