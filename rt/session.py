@@ -52,6 +52,7 @@ def start_local_ray(cfg: Config) -> None:
     # Ray probes for a real Ascend stack (import acl) when a node has NPUs and logs a traceback.
     logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
     ray.init(
+        address="local",                 # never attach to some other cluster running on this machine
         num_cpus=cfg.num_cpus,
         resources={"NPU": cfg.cards_per_node},
         object_store_memory=cfg.object_store_bytes,
@@ -92,10 +93,30 @@ def connect_ray(address: str, timeout: float = 30.0) -> None:
         except OSError as e:
             raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR,
                            f"cannot reach the Ray cluster at {address!r}: {e} (is `ray start --head` running there?)") from None
+    logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
+    kwargs = {}
+    if host in ("127.0.0.1", "localhost"):
+        kwargs["_node_ip_address"] = "127.0.0.1"
+        _keep_loopback()
     try:
-        ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING)
+        ray.init(address=address, namespace=NAMESPACE, logging_level=logging.WARNING, **kwargs)
     except Exception as e:  # ConnectionError, RuntimeError ... from Ray
         raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, f"cannot join the Ray cluster at {address!r}: {e}") from None
+
+
+def _keep_loopback() -> None:
+    """Ray 2.60 rewrites a 127.0.0.1 cluster address to the host's primary IP before connecting
+    (``resolve_ip_for_localhost``); our clusters listen on loopback and we send nothing off-host,
+    so keep loopback addresses as given."""
+    from ray._private import services
+    if getattr(services.resolve_ip_for_localhost, "_npusim", False):
+        return
+    original = services.resolve_ip_for_localhost
+
+    def resolve(host):
+        return "127.0.0.1" if host in ("127.0.0.1", "localhost") else original(host)
+    resolve._npusim = True
+    services.resolve_ip_for_localhost = resolve
 
 
 def stop_ray() -> None:

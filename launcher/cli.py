@@ -1,0 +1,313 @@
+"""launch — run a script on N simulated NPU cards, one process per rank (torchrun for npusim).
+
+Usage::
+
+    launch [options] script.py [script args...]
+    launch [options] -m package.module [module args...]
+    python -m launcher [options] script.py [script args...]
+
+Everything after the script (or module) name goes to the script untouched.
+
+Options (torchrun's names; the underscored spellings such as ``--nproc_per_node`` work too):
+
+  --nproc N, --nproc-per-node N   ranks per node (default: the config's cards per node; ``auto`` = same)
+  --nnodes N                      number of nodes (default 1); rank r runs on node r // nproc, card r % nproc
+  --address HOST:PORT             join this Ray cluster (default: $RAY_ADDRESS, else an embedded local
+                                  session on 127.0.0.1 that launch starts and stops)
+  --config NAME|FILE              simulated hardware, e.g. ``default``, ``small``, ``configs/ascend910b.toml``
+  --max-restarts N                restart the whole rank group up to N times after a failure (default 0)
+  --log-dir DIR                   write ``DIR/rank<N>.log`` per rank (kept across restarts, fresh per job)
+  --tee {0,1,2,3}                 streams copied into the --log-dir files: 1 stdout, 2 stderr, 3 both (default 3)
+  --local-ranks-filter 0,3        only these local ranks reach the console (log files get everything)
+  --rank-table PATH               write the job's rank table there (default: the job's temp dir)
+  --timeout SECONDS               wall-clock limit for the whole job, restarts included
+  --grace-period SECONDS          SIGTERM → SIGKILL delay when stopping ranks (default 5)
+  -m, --module                    run the target as ``python -m module``
+
+What each rank gets
+  A separate OS process ``python -u script args`` (or ``-m module``) running the target as
+  ``__main__``, in launch's working directory, in its own session (process group), placed on the Ray
+  node of its card. Environment (on top of launch's own):
+
+  ======================  ================================================================
+  RANK, RANK_ID           global rank, 0 .. WORLD_SIZE-1
+  LOCAL_RANK              rank on its node; also the card index:
+  DEVICE_ID,              = LOCAL_RANK (``rt.set_device(int(os.environ["DEVICE_ID"]))``)
+  ASCEND_DEVICE_ID
+  WORLD_SIZE, RANK_SIZE   total ranks (nproc * nnodes)
+  LOCAL_WORLD_SIZE        ranks per node (nproc)
+  NODE_RANK, GROUP_RANK   node index
+  RANK_TABLE_FILE         the job's rank table (HCCL JSON v1.0: one server per node)
+  RESTART_COUNT           0 on the first run, k after the k-th restart; MAX_RESTARTS as given
+  MASTER_ADDR             127.0.0.1
+  OMP_NUM_THREADS         1 unless already set (as torchrun)
+  PYTHONPATH              the npusim source root prepended, so ranks import the same rt/hccl
+  NPUSIM_JOB              job id (the card actors' names contain it)
+  NPUSIM_NODE             node index
+  NPUSIM_CARD_DIR         directory of this node's card sockets (how rt reaches the cards; a rank
+                          is not a Ray driver)
+  NPUSIM_CONFIG           the resolved config file
+  NPUSIM_RAY_ADDRESS      the Ray GCS address (fallback only; RAY_AUTH_* passed along with it)
+  ======================  ================================================================
+
+  ``hccl.init()`` builds the world communicator from this environment.
+
+Output
+  Every stdout/stderr line of every rank reaches launch's stdout/stderr as ``[rank<N>]:<line>``
+  in arrival order; a line a rank was writing when it died is still shown. Nothing is dropped:
+  a rank that prints faster than the console drains is slowed down instead.
+
+Failures, restarts, signals
+  When a rank exits non-zero or is killed, every other rank's process group gets SIGTERM and,
+  after --grace-period, SIGKILL. With restarts left the whole group starts again with fresh cards
+  and RESTART_COUNT+1; otherwise launch prints a summary box (root cause = first failed rank, its
+  node, exit code or signal, and the tail of its traceback taken from its stderr — no decorator
+  needed) and exits 1. Ctrl-C / SIGTERM / SIGHUP to launch stop everything the same way. When
+  launch returns, no rank process, node agent, card actor, Ray process it started, shared-memory
+  segment or temp file is left: ranks also die with their agent (PR_SET_PDEATHSIG).
+
+Exit status
+  0 all ranks succeeded · 1 a rank failed (or setup failed at run time) · 2 bad arguments or config ·
+  124 --timeout reached · 128+N stopped by signal N (130 for Ctrl-C).
+
+Python API: ``launcher.spawn(fn, nproc=8, args=())`` runs ``fn(*args)`` on every rank the same way
+and returns the per-rank results (see ``launcher/spawn.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+from rt.errors import NpuError
+
+from . import ranktable
+from .agent import LocalBackend, RankSpec
+from .config import DEFAULT_GRACE, RunConfig, make_run_config, rank_env
+from .output import OutputRouter, describe_exit, failure_box, plain_box
+
+EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 1, 2, 124
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclasses.dataclass
+class JobResult:
+    """How a job ended. failures: the last attempt's failed ranks, root cause first."""
+
+    status: str               # "succeeded" | "failed" | "timeout" | "interrupted"
+    job_id: str
+    restarts: int             # restarts performed
+    failures: list
+    running: list             # ranks still running when a timeout or signal stopped the job
+    signum: int | None = None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="launch", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
+                                usage="launch [options] script.py [args...] | launch [options] -m module [args...]")
+    p.add_argument("--nproc", "--nproc-per-node", "--nproc_per_node", dest="nproc", default=None,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--nnodes", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--address", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--config", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--log-dir", "--log_dir", dest="log_dir", default=None, help=argparse.SUPPRESS)
+    p.add_argument("-t", "--tee", type=int, default=3, help=argparse.SUPPRESS)
+    p.add_argument("--local-ranks-filter", "--local_ranks_filter", dest="local_ranks_filter", default=None,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--rank-table", "--rank_table", dest="rank_table", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--timeout", type=float, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--grace-period", "--grace_period", dest="grace", type=float, default=DEFAULT_GRACE,
+                   help=argparse.SUPPRESS)
+    p.add_argument("-m", "--module", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-cards", dest="no_cards", action="store_true", help=argparse.SUPPRESS)  # tests only
+    p.add_argument("script", help=argparse.SUPPRESS)
+    p.add_argument("script_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return p
+
+
+def config_from_args(ns: argparse.Namespace) -> RunConfig:
+    """Turn parsed flags into a validated RunConfig (AclError naming the bad flag)."""
+    nproc = ns.nproc
+    if nproc is not None:
+        if nproc == "auto":
+            nproc = None
+        elif nproc.lstrip("-").isdigit():
+            nproc = int(nproc)
+    program = (["-m", ns.script] if ns.module else [ns.script]) + list(ns.script_args)
+    return make_run_config(
+        program, nproc=nproc, nnodes=ns.nnodes, address=ns.address or os.environ.get("RAY_ADDRESS"),
+        config=ns.config, max_restarts=ns.max_restarts, log_dir=ns.log_dir, tee=ns.tee,
+        local_ranks_filter=ns.local_ranks_filter, rank_table=ns.rank_table, timeout=ns.timeout,
+        grace=ns.grace, cards=not ns.no_cards)
+
+
+def _make_backend(rc: RunConfig):
+    if not rc.cards:
+        return LocalBackend(rc)
+    from .ray_backend import RayBackend  # imports Ray: only when cards are wanted
+    return RayBackend(rc)
+
+
+def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bool = False) -> JobResult:
+    """Run a job to the end: place it, run attempts (restarting on failure), tear everything down.
+
+    With handle_signals, SIGINT/SIGTERM/SIGHUP stop the job ("interrupted") instead of killing this
+    process. Setup failures (unreachable cluster, too few cards) raise NpuError.
+    """
+    own_router = router is None
+    router = router or OutputRouter(rc.nproc, rc.local_ranks_filter, rc.log_dir, rc.tee)
+    stop, signums = threading.Event(), []
+    previous = _install_handlers(stop, signums) if handle_signals else {}
+    deadline = time.monotonic() + rc.timeout if rc.timeout else None
+    tmp = tempfile.mkdtemp(prefix="npusim-launch-")
+    backend = None
+    try:
+        backend = _make_backend(rc)
+        if handle_signals:
+            _install_handlers(stop, signums)  # ray.init installs its own SIGTERM handler: take it back
+        job_id = backend.new_job_id()
+        table = ranktable.write(rc.rank_table or f"{tmp}/rank_table.json",
+                                ranktable.build(rc.nnodes, rc.nproc))
+        for attempt in range(rc.max_restarts + 1):
+            status, failures, running = _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop)
+            for f in failures:
+                f["host"] = backend.hosts[f["node"]]
+            if status == "failed" and attempt < rc.max_restarts:
+                root = failures[0]
+                router.note(f"rank {root['rank']} failed (exit code {describe_exit(root['returncode'], root['pid'])}"
+                            f"); restarting all {rc.world_size} ranks (restart {attempt + 1} of {rc.max_restarts})")
+                continue
+            signum = signums[0] if signums else None
+            return JobResult(status, job_id, attempt, failures, running, signum)
+        raise AssertionError("unreachable: the last attempt always returns")
+    finally:
+        try:
+            if backend is not None:
+                backend.close()
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if own_router:
+                router.close()
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop):
+    node_env = backend.prepare(job_id, attempt)
+    specs = [[RankSpec(rank, rc.local_rank_of(rank), (rc.python, "-u", *rc.program),
+                       rank_env(rc, rank, job_id=job_id, attempt=attempt, rank_table_file=table,
+                                node_extra=node_env[node]), rc.cwd)
+              for rank in range(node * rc.nproc, (node + 1) * rc.nproc)]
+             for node in range(rc.nnodes)]
+    router.mark_attempt(rc.world_size, attempt)
+    status, failures, running = "interrupted", [], set(range(rc.world_size))
+    try:
+        if stop.is_set():  # a signal arrived while the cluster or the cards were being set up
+            return status, failures, sorted(running)
+        backend.start(specs, attempt)
+        status = _watch(backend, router, attempt, running, failures, deadline, stop)
+    finally:
+        backend.stop(rc.grace)
+        # Ranks that failed on their own before the stop signal reached them are failures too.
+        _drain(backend, router, attempt, failures)
+        backend.release()
+    failures.sort(key=lambda f: f["time"])
+    return status, failures, sorted(running)
+
+
+def _take(results, router, attempt, running, failures, stopped_ok):
+    for result in results:
+        router.lines(result["lines"])
+        for ex in result["exits"]:
+            if ex["attempt"] != attempt:
+                continue
+            running.discard(ex["rank"])
+            if ex["returncode"] != 0 and not (stopped_ok and ex["stopped"]):
+                failures.append(ex)
+
+
+def _watch(backend, router, attempt, running, failures, deadline, stop) -> str:
+    while running:
+        if stop.is_set():
+            return "interrupted"
+        wait = 0.2
+        if deadline is not None:
+            wait = min(wait, deadline - time.monotonic())
+            if wait <= 0:
+                return "timeout"
+        _take(backend.poll(wait), router, attempt, running, failures, stopped_ok=False)
+        if failures:
+            return "failed"
+    return "succeeded"
+
+
+def _drain(backend, router, attempt, failures, limit: float = 5.0) -> None:
+    end = time.monotonic() + limit
+    while time.monotonic() < end:
+        results = backend.poll(0.05)
+        if not results:
+            return
+        _take(results, router, attempt, set(), failures, stopped_ok=True)
+
+
+def _install_handlers(stop: threading.Event, signums: list):
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum, frame):
+        signums.append(signum)
+        stop.set()
+
+    return {s: signal.signal(s, handler) for s in HANDLED_SIGNALS}
+
+
+def report(rc: RunConfig, result: JobResult, router_summary) -> int:
+    """Print the end-of-job summary and return launch's exit status."""
+    if result.status == "succeeded":
+        return 0
+    if result.status == "failed":
+        note = f"after {result.restarts} restart(s) (--max-restarts {rc.max_restarts})" if result.restarts else None
+        router_summary(failure_box(rc.name, result.failures, note=note))
+        return EXIT_FAILED
+    ranks = ", ".join(map(str, result.running)) or "none"
+    if result.status == "timeout":
+        router_summary(plain_box(rc.name, "TIMED OUT", [
+            f"job exceeded --timeout {rc.timeout:g} s; ranks still running were stopped: {ranks}"]))
+        return EXIT_TIMEOUT
+    name = signal.Signals(result.signum).name if result.signum else "a signal"
+    router_summary(plain_box(rc.name, "INTERRUPTED", [
+        f"launch received {name}; stopped every rank (still running then: {ranks})"]))
+    return 128 + (result.signum or signal.SIGINT)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The `launch` command; returns the exit status (the console script passes it to sys.exit)."""
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:  # --help, or a usage error argparse already printed
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        rc = config_from_args(ns)
+    except NpuError as e:
+        print(f"launch: error: {e.message}", file=sys.stderr)
+        return EXIT_USAGE
+    router = OutputRouter(rc.nproc, rc.local_ranks_filter, rc.log_dir, rc.tee)
+    try:
+        result = run(rc, router=router, handle_signals=True)
+        return report(rc, result, router.summary)
+    except NpuError as e:
+        print(f"launch: error: {e.message}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        router.close()

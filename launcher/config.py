@@ -1,0 +1,160 @@
+"""The frozen description of one launch, built and validated from CLI flags or ``spawn`` arguments.
+
+Every check that can be made before anything starts is made here, so a bad request fails at once with
+a message naming the flag, the bad value and what was expected — never as a hang later on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+from rt.config import Config, load_config
+from rt.constants import AclErrorCode
+from rt.errors import AclError
+
+# The directory that holds rt/, hccl/ and launcher/: ranks get it on PYTHONPATH so they import the same
+# npusim as the launcher whether or not the package is installed.
+PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+
+DEFAULT_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when stopping ranks
+
+
+def _invalid(message: str) -> AclError:
+    return AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, message)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything a job needs; immutable once built (restarts reuse it unchanged)."""
+
+    program: tuple[str, ...]          # what follows `python -u` in each rank: script + args, -m mod, -c code
+    name: str                         # the script/module shown in messages and the failure summary
+    hw: Config                        # the simulated hardware (rt.config), already loaded
+    nproc: int                        # ranks per node
+    nnodes: int
+    address: str | None               # Ray cluster to join; None = embedded local session
+    max_restarts: int
+    log_dir: str | None
+    tee: int                          # streams copied to per-rank files: 1 stdout, 2 stderr, 3 both
+    local_ranks_filter: frozenset[int] | None  # None = every local rank reaches the console
+    rank_table: str | None            # where to write the rank table; None = the job's temp dir
+    timeout: float | None             # whole-job wall limit in seconds
+    grace: float                      # SIGTERM → SIGKILL delay
+    cards: bool                       # False: no Ray and no card actors (internal test mode)
+    python: str
+    cwd: str
+    env: dict = dataclasses.field(default_factory=dict)  # the base environment of every rank
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.nproc
+
+    def local_rank_of(self, rank: int) -> int:
+        return rank % self.nproc
+
+
+def parse_ranks_filter(text: str | None, nproc: int) -> frozenset[int] | None:
+    """'0,3' → {0, 3}; '' or None → None (no filter). Each entry must be a local rank < nproc."""
+    if text is None or str(text).strip() == "":
+        return None
+    ranks = set()
+    for item in str(text).split(","):
+        item = item.strip()
+        if not item.isdigit() or int(item) >= nproc:
+            raise _invalid(f"--local-ranks-filter {text!r}: {item!r} is not a local rank "
+                           f"(expected comma-separated integers in 0..{nproc - 1})")
+        ranks.add(int(item))
+    return frozenset(ranks)
+
+
+def _check_program(program: tuple[str, ...]) -> str:
+    """Validate the rank command line and return its display name."""
+    if not program:
+        raise _invalid("launch: no script given (usage: launch [options] script.py [args...] or -m module)")
+    if program[0] == "-m":
+        if len(program) < 2 or not program[1]:
+            raise _invalid("launch -m: no module name given")
+        return program[1]
+    if program[0] == "-c":
+        return "-c"
+    script = Path(program[0])
+    if not script.is_file():
+        raise _invalid(f"launch: script {program[0]!r} not found (cwd {os.getcwd()}); "
+                       "expected a path to a Python file, or -m module")
+    return program[0]
+
+
+def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None, max_restarts=0,
+                    log_dir=None, tee=3, local_ranks_filter=None, rank_table=None, timeout=None,
+                    grace=DEFAULT_GRACE, cards=True, env=None, name=None) -> RunConfig:
+    """Validate a launch request; raises AclError(ACL_ERROR_INVALID_PARAM) naming the bad value."""
+    program = tuple(str(p) for p in program)
+    display = name or _check_program(program)
+    if program and program[0] not in ("-m", "-c"):
+        program = (str(Path(program[0]).resolve()),) + program[1:]
+    hw = load_config(config)  # AclError naming the file and the bad key on a malformed config
+    if nproc is None:
+        nproc = hw.cards_per_node
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise _invalid(f"--nproc {nproc!r}: expected a positive number of ranks per node")
+    if nproc > hw.cards_per_node:
+        raise _invalid(
+            f"--nproc {nproc} asks for more ranks per node than the {hw.cards_per_node} cards per node of "
+            f"config {hw.path}; each rank needs its own card. To get more cards, use a config with "
+            f"more cards per node (--config FILE with [node] cards = {nproc}), or spread the ranks over "
+            f"several nodes with --nnodes")
+    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
+        raise _invalid(f"--nnodes {nnodes!r}: expected a positive number of nodes")
+    if not cards and address:
+        raise _invalid("--no-cards runs without Ray and cannot join --address")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise _invalid(f"--max-restarts {max_restarts!r}: expected an integer >= 0")
+    if timeout is not None and not timeout > 0:
+        raise _invalid(f"--timeout {timeout!r}: expected a positive number of seconds")
+    if not grace >= 0:
+        raise _invalid(f"--grace-period {grace!r}: expected a number of seconds >= 0")
+    if tee not in (0, 1, 2, 3):
+        raise _invalid(f"--tee {tee!r}: expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both)")
+    if log_dir is not None:
+        log_dir = str(Path(log_dir).resolve())
+        if Path(log_dir).exists() and not Path(log_dir).is_dir():
+            raise _invalid(f"--log-dir {log_dir!r} exists and is not a directory")
+    if rank_table is not None:
+        rank_table = str(Path(rank_table).resolve())
+        if not Path(rank_table).parent.is_dir():
+            raise _invalid(f"--rank-table {rank_table!r}: directory {str(Path(rank_table).parent)!r} "
+                           "does not exist")
+    base_env = dict(os.environ if env is None else env)
+    return RunConfig(
+        program=program, name=display, hw=hw, nproc=nproc, nnodes=nnodes, address=address or None,
+        max_restarts=max_restarts, log_dir=log_dir, tee=tee,
+        local_ranks_filter=parse_ranks_filter(local_ranks_filter, nproc), rank_table=rank_table,
+        timeout=float(timeout) if timeout is not None else None, grace=float(grace), cards=bool(cards),
+        python=os.environ.get("PYTHON_EXEC") or sys.executable, cwd=os.getcwd(), env=base_env)
+
+
+def rank_env(rc: RunConfig, rank: int, *, job_id: str, attempt: int, rank_table_file: str,
+             node_extra: dict) -> dict:
+    """The environment of one rank process (DESIGN §5); node_extra adds NPUSIM_CARD_DIR etc."""
+    node = rc.node_of(rank)
+    local = rc.local_rank_of(rank)
+    env = dict(rc.env)
+    env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: N ranks must not each spawn a thread per core
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH", "")) if p)
+    env.update({
+        "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(rc.world_size),
+        "LOCAL_WORLD_SIZE": str(rc.nproc), "NODE_RANK": str(node), "GROUP_RANK": str(node),
+        "RANK_ID": str(rank), "RANK_SIZE": str(rc.world_size),
+        "DEVICE_ID": str(local), "ASCEND_DEVICE_ID": str(local),
+        "RANK_TABLE_FILE": rank_table_file, "RESTART_COUNT": str(attempt),
+        "MAX_RESTARTS": str(rc.max_restarts), "MASTER_ADDR": "127.0.0.1",
+        "NPUSIM_JOB": job_id, "NPUSIM_NODE": str(node), "NPUSIM_CONFIG": rc.hw.path,
+    })
+    env.update(node_extra)
+    return env

@@ -1,0 +1,162 @@
+"""Rank output: splitting byte streams into lines, `[rank<N>]:` prefixes, console filter, per-rank log
+files, and the boxed failure summary printed when a job fails.
+"""
+
+from __future__ import annotations
+
+import datetime
+import signal
+import sys
+from pathlib import Path
+
+STDOUT, STDERR = 1, 2
+MAX_LINE = 1 << 20  # a "line" longer than this is emitted in pieces, so one rank cannot eat all memory
+
+
+class LineSplitter:
+    """Turns the chunks read from one pipe into complete text lines; flush() yields a final partial line."""
+
+    def __init__(self):
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self._buf += chunk
+        *lines, self._buf = self._buf.split(b"\n")
+        while len(self._buf) > MAX_LINE:
+            lines.append(self._buf[:MAX_LINE])
+            self._buf = self._buf[MAX_LINE:]
+        return [line.decode("utf-8", "replace") for line in lines]
+
+    def flush(self) -> list[str]:
+        """The unterminated tail, if any: a rank that dies mid-line still gets that text shown."""
+        tail, self._buf = self._buf, b""
+        return [tail.decode("utf-8", "replace")] if tail else []
+
+
+class OutputRouter:
+    """Writes rank lines to the launcher's console (prefixed, filtered) and to per-rank log files.
+
+    Console: rank stdout lines go to our stdout, rank stderr lines to our stderr, each as
+    ``[rank<N>]:<line>`` in arrival order; only local ranks in ``ranks_filter`` (None = all).
+    Files: ``<log_dir>/rank<N>.log`` gets every line of the streams selected by ``tee`` (1 stdout,
+    2 stderr, 3 both), unprefixed, whatever the console filter.
+    """
+
+    def __init__(self, nproc: int, ranks_filter=None, log_dir=None, tee: int = 3, stdout=None, stderr=None):
+        self.nproc = nproc
+        self.ranks_filter = ranks_filter
+        self.tee = tee
+        self.log_dir = Path(log_dir) if log_dir else None
+        self._out = stdout or sys.stdout
+        self._err = stderr or sys.stderr
+        self._files: dict[int, object] = {}
+        if self.log_dir:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            for old in self.log_dir.glob("rank*.log"):  # a new job starts with fresh files
+                old.unlink()
+
+    def _file(self, rank: int):
+        f = self._files.get(rank)
+        if f is None:
+            f = self._files[rank] = open(self.log_dir / f"rank{rank}.log", "a", encoding="utf-8")
+        return f
+
+    def lines(self, batch) -> None:
+        """Route a batch of (rank, stream, text) tuples."""
+        touched = set()
+        for rank, stream, text in batch:
+            if self.ranks_filter is None or rank % self.nproc in self.ranks_filter:
+                target = self._out if stream == STDOUT else self._err
+                target.write(f"[rank{rank}]:{text}\n")
+                touched.add(target)
+            if self.log_dir and self.tee & stream:
+                self._file(rank).write(text + "\n")
+        for target in touched:
+            target.flush()
+        for f in self._files.values():
+            f.flush()
+
+    def note(self, text: str) -> None:
+        """A message from the launcher itself, on stderr with a `launch:` prefix."""
+        self._err.write(f"launch: {text}\n")
+        self._err.flush()
+
+    def mark_attempt(self, world_size: int, attempt: int) -> None:
+        """Separate restarts inside the per-rank files, which are kept across attempts."""
+        if self.log_dir and attempt > 0:
+            for rank in range(world_size):
+                self._file(rank).write(f"---- launch: restart {attempt} (RESTART_COUNT={attempt}) ----\n")
+
+    def summary(self, text: str) -> None:
+        self._err.write(text + "\n")
+        self._err.flush()
+
+    def close(self) -> None:
+        for f in self._files.values():
+            f.close()
+        self._files.clear()
+
+
+def describe_exit(returncode: int, pid: int) -> str:
+    """'1 (pid: 123)' or '-9 (pid: 123): Signal 9 (SIGKILL) received by PID 123', as torchrun prints."""
+    text = f"{returncode} (pid: {pid})"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "unknown signal"
+        text += f"\n  error     : Signal {-returncode} ({name}) received by PID {pid}"
+    return text
+
+
+def traceback_tail(stderr_lines: list[str], limit: int = 40) -> list[str]:
+    """The last Python traceback in a rank's stderr (from its 'Traceback' line), else its last lines."""
+    start = None
+    for i in range(len(stderr_lines) - 1, -1, -1):
+        if stderr_lines[i].startswith("Traceback (most recent call last)"):
+            start = i
+            break
+    lines = stderr_lines[start:] if start is not None else stderr_lines[-15:]
+    if len(lines) > limit:
+        lines = lines[:3] + [f"  ... ({len(lines) - limit + 3} lines omitted) ..."] + lines[-(limit - 4):]
+    return lines
+
+
+def _entry(index: int, failure: dict) -> list[str]:
+    when = datetime.datetime.fromtimestamp(failure["time"]).strftime("%Y-%m-%d_%H:%M:%S")
+    lines = [f"[{index}]:",
+             f"  time      : {when}",
+             f"  node      : {failure['node']} ({failure.get('host', '127.0.0.1')})",
+             f"  rank      : {failure['rank']} (local_rank: {failure['local_rank']})",
+             f"  exitcode  : {describe_exit(failure['returncode'], failure['pid'])}"]
+    tail = traceback_tail(failure.get("stderr_tail", []))
+    if tail:
+        lines.append("  traceback :")
+        lines += ["    " + line for line in tail]
+    else:
+        lines.append("  traceback : <nothing on stderr>")
+    return lines
+
+
+def failure_box(name: str, failures: list[dict], *, headline: str = "FAILED", note: str | None = None) -> str:
+    """The torchrun-style summary: root cause (first observed failure) first, then the others."""
+    width = 72
+    root, others = failures[0], failures[1:]
+    lines = ["=" * width, f"{name} {headline}", "-" * width]
+    if note:
+        lines += [note, "-" * width]
+    lines.append("Failures:")
+    if others:
+        for i, failure in enumerate(others, start=1):
+            lines += _entry(i, failure)
+    else:
+        lines.append("  <NO_OTHER_FAILURES>")
+    lines += ["-" * width, "Root Cause (first observed failure):"] + _entry(0, root) + ["=" * width]
+    return "\n".join(lines)
+
+
+def plain_box(name: str, headline: str, body: list[str]) -> str:
+    """A summary without failed ranks (timeout, interruption)."""
+    width = 72
+    return "\n".join(["=" * width, f"{name} {headline}", "-" * width, *body, "=" * width])
+

@@ -1,0 +1,176 @@
+"""The Ray side of the launcher: the Ray session, node placement, node agents and each attempt's cards.
+
+The session is reused when the caller already has one (e.g. a session-scoped test fixture calling
+``spawn``), joined with ``--address``, or else embedded (started here on 127.0.0.1 and stopped at the
+end). Node n of the job is a Ray node offering at least ``nproc`` ``NPU``; node 0 is the launcher's
+own node when it has cards. On each node a ``NodeAgent`` actor, pinned there with
+NodeAffinitySchedulingStrategy, runs the ranks; the card actors are created per attempt (a restart
+gets fresh cards) through ``rt.session``. Ray is imported only when this backend is used.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from rt.constants import AclErrorCode
+from rt.errors import AclError
+
+from .agent import NodeAgent
+
+AGENT_START_TIMEOUT = 60.0
+AGENT_POLL = 0.5   # seconds an agent's long poll may block
+DRIVER_WAIT = 0.2  # seconds the job loop waits per poll, so signals and deadlines are noticed quickly
+
+
+def place_nodes(nodes: list[dict], nnodes: int, nproc: int, local_node_id: str | None, where: str) -> list[dict]:
+    """Pick nnodes Ray nodes with >= nproc NPU, the launcher's own node first; refuse clearly if too few."""
+    eligible = [n for n in nodes if n["npus"] >= nproc]
+    eligible.sort(key=lambda n: (n["node_id"] != local_node_id, n["ip"], n["node_id"]))
+    if len(eligible) >= nnodes:
+        return eligible[:nnodes]
+    seen = ", ".join(f"{n['ip']} (node {n['node_id'][:8]}): NPU={n['npus']}" for n in nodes) or "none"
+    raise AclError(
+        AclErrorCode.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+        f"launch: --nnodes {nnodes} --nproc {nproc} needs {nnodes} Ray node(s) offering at least {nproc} NPU "
+        f"each, but the Ray cluster at {where} has {len(eligible)} such node(s) (nodes with NPU: {seen}). "
+        f"Add nodes with `ray start --address=<head> --resources='{{\"NPU\": {nproc}}}'`, or lower --nnodes/--nproc")
+
+
+class RayBackend:
+    """Node agents as Ray actors and real card actors; same interface as ``agent.LocalBackend``."""
+
+    def __init__(self, rc):
+        if rc.nnodes > 1 and not rc.address and not _ray_initialized():
+            raise AclError(
+                AclErrorCode.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                f"launch: --nnodes {rc.nnodes}: the embedded local Ray session is a single node; start a Ray "
+                f"cluster whose nodes offer NPU (`ray start --head --resources='{{\"NPU\": {rc.nproc}}}'` and "
+                f"`ray start --address=<head> ...` on the others) and pass --address")
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from rt import session
+
+        self._ray, self._session, self._rc = ray, session, rc
+        self.agents: list = []
+        self._cards: list = []
+        self._pending: dict = {}  # agent index -> outstanding poll ref
+        self._connected_here = self._started_here = False
+        self._agents_ready: list = []
+        if ray.is_initialized():
+            where = "the caller's Ray session"
+        elif rc.address:
+            session.connect_ray(rc.address)  # AclError naming the address if unreachable
+            self._connected_here, where = True, rc.address
+        else:
+            session.start_local_ray(rc.hw)
+            self._started_here, where = True, "the embedded local session"
+        try:
+            context = ray.get_runtime_context()
+            self.nodes = place_nodes(session.nodes_with_npus(), rc.nnodes, rc.nproc, context.get_node_id(), where)
+            self.hosts = [n["ip"] for n in self.nodes]
+            self.job_env = {"NPUSIM_RAY_ADDRESS": context.gcs_address}
+            for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):  # a rank falling back to Ray needs the same auth
+                if key in os.environ:
+                    self.job_env[key] = os.environ[key]
+            agent_cls = ray.remote(NodeAgent)
+            for index, node in enumerate(self.nodes):
+                strategy = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
+                self.agents.append(agent_cls.options(
+                    num_cpus=0, max_concurrency=8, max_restarts=0, scheduling_strategy=strategy,
+                    namespace=session.NAMESPACE).remote(index))
+            # Agents boot while the first attempt's cards are created; start() waits for them.
+            self._agents_ready = [a.ping.remote() for a in self.agents]
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_agents(self) -> None:
+        refs, self._agents_ready = self._agents_ready, []
+        if not refs:
+            return
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=AGENT_START_TIMEOUT)
+        if len(ready) < len(refs):
+            late = [self.hosts[i] for i, r in enumerate(refs) if r not in ready]
+            raise AclError(AclErrorCode.ACL_ERROR_RT_DEV_SETUP_ERROR,
+                           f"launch: node agents on {late} did not start within {AGENT_START_TIMEOUT:.0f} s")
+        self._ray.get(refs)
+
+    def new_job_id(self) -> str:
+        return self._session.new_job_id()
+
+    def prepare(self, job_id: str, attempt: int) -> list[dict]:
+        """Create this attempt's card actors on every node; returns each node's extra rank environment."""
+        card_job = job_id if attempt == 0 else f"{job_id}r{attempt}"  # fresh actor names for a restart
+        for index, node in enumerate(self.nodes):
+            self._cards.append(self._session.create_cards(card_job, index, node["node_id"], self._rc.hw,
+                                                          self._rc.nproc))
+        return [{**self.job_env, "NPUSIM_JOB": card_job, "NPUSIM_CARD_DIR": c.socket_dir} for c in self._cards]
+
+    def start(self, specs_per_node: list, attempt: int) -> None:
+        self._wait_agents()
+        refs = [a.start.remote(specs, attempt) for a, specs in zip(self.agents, specs_per_node)]
+        self._ray.get(refs)
+
+    def poll(self, timeout: float) -> list[dict]:
+        """News from any node agent; keeps one long poll outstanding per agent."""
+        ray = self._ray
+        for index, agent in enumerate(self.agents):
+            if index not in self._pending:
+                self._pending[index] = agent.poll.remote(AGENT_POLL)
+        refs = list(self._pending.values())
+        ready, _ = ray.wait(refs, num_returns=1, timeout=min(timeout, DRIVER_WAIT))
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        results = []
+        for index, ref in list(self._pending.items()):
+            if ref not in ready:
+                continue
+            del self._pending[index]
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as e:
+                raise AclError(AclErrorCode.ACL_ERROR_RT_FAILURE,
+                               f"launch: the node agent of node {index} ({self.hosts[index]}) died: {e}") from None
+            if result["lines"] or result["exits"]:
+                results.append(result)
+        return results
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM every rank on every node, SIGKILL after grace seconds, wait for all to exit."""
+        ray = self._ray
+        ray.get([a.terminate.remote() for a in self.agents])
+        ray.get([a.wait_all.remote(grace) for a in self.agents])
+        ray.get([a.kill.remote() for a in self.agents])
+        done = ray.get([a.wait_all.remote(30.0) for a in self.agents])
+        if not all(done):
+            raise AclError(AclErrorCode.ACL_ERROR_RT_FAILURE, "launch: ranks survived SIGKILL for 30 s")
+
+    def release(self) -> None:
+        """Destroy this attempt's card actors and their socket directories."""
+        cards, self._cards = self._cards, []
+        for c in cards:
+            self._session.destroy_cards(c)
+
+    def close(self) -> None:
+        """Kill the node agents (their ranks die with them) and leave Ray as we found it."""
+        ray = self._ray
+        try:
+            self.release()
+            if self.agents:
+                ray.wait([a.shutdown.remote() for a in self.agents], num_returns=len(self.agents), timeout=30)
+            for a in self.agents:
+                ray.kill(a, no_restart=True)
+        finally:
+            self.agents, self._pending = [], {}
+            if self._connected_here:
+                ray.shutdown()  # leaves the cluster running
+            elif self._started_here:
+                self._session.stop_ray()
+            # else: the caller's session (e.g. a test fixture) stays up for its next use
+
+
+def _ray_initialized() -> bool:
+    """Whether this process already has a Ray session, without importing Ray if it was never imported."""
+    ray = sys.modules.get("ray")
+    return bool(ray and ray.is_initialized())

@@ -1,0 +1,212 @@
+"""``launcher.spawn(fn, nproc=8, args=())``: run ``fn(*args)`` on every rank, return the results in rank order.
+
+This is how distributed tests are written::
+
+    def check_all_reduce(n):                 # module level, in a test module or a script
+        comm = hccl.init()
+        ...
+        return value
+
+    def test_all_reduce():
+        assert launcher.spawn(check_all_reduce, nproc=4, args=(10,)) == [expected] * 4
+
+Each rank is a process started exactly as ``launch`` starts one (same environment, cards, output
+prefixes, failure handling). ``fn`` travels by reference — its module's file and qualified name — and
+each rank re-imports that module (a script's ``__main__`` is loaded as ``__mp_main__``, as
+multiprocessing does, so its ``if __name__ == "__main__":`` block does not run again). ``args`` and
+the return values travel as pickles through the job's private temp dir, written only by our own
+processes. A failure raises ``LaunchError`` naming every failed rank with its exception type,
+message and traceback (or its exit code / signal and stderr tail if it died without one).
+
+``spawn`` reuses the caller's Ray session if one is initialised (e.g. a session-scoped fixture),
+otherwise starts and stops an embedded one per call; nothing is left behind between calls.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import io
+import os
+import pickle
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+from rt.constants import AclErrorCode
+from rt.errors import AclError
+
+from .cli import run
+from .config import DEFAULT_GRACE, make_run_config
+from .output import describe_exit, traceback_tail
+
+_BOOT = "from launcher.spawn import _rank_main; _rank_main()"
+_SPAWN_DIR = "NPUSIM_SPAWN_DIR"
+
+
+class LaunchError(RuntimeError):
+    """A spawned job failed. ``failures``: one dict per failed rank (rank, node, returncode, type,
+    message, traceback); ``status``: 'failed', 'timeout' or 'interrupted'."""
+
+    def __init__(self, message: str, failures: list, status: str = "failed"):
+        super().__init__(message)
+        self.failures = failures
+        self.status = status
+
+
+def _invalid(message: str) -> AclError:
+    return AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, message)
+
+
+def function_reference(fn) -> dict:
+    """Module file + qualified name by which a rank can re-import fn; refuses what cannot be re-imported."""
+    qualname, module_name = getattr(fn, "__qualname__", None), getattr(fn, "__module__", None)
+    if not callable(fn) or not qualname or not module_name:
+        raise _invalid(f"spawn: fn must be a module-level function, got {fn!r}")
+    if "<locals>" in qualname or "<lambda>" in qualname:
+        raise _invalid(f"spawn: fn {module_name}.{qualname} is a lambda or nested function; ranks re-import "
+                       "fn by name, so define it at module level")
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None)
+    if not file:
+        raise _invalid(f"spawn: fn's module {module_name!r} has no source file (interactive session?); "
+                       "define fn in a script or module")
+    obj = module
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if obj is not fn:
+        raise _invalid(f"spawn: {module_name}.{qualname} does not name fn in its module; ranks re-import fn "
+                       "by that name, so it must be reachable there")
+    return {"module": module_name, "file": str(Path(file).resolve()), "qualname": qualname}
+
+
+def spawn(fn, nproc: int = 8, args=(), *, nnodes: int = 1, config=None, address=None, max_restarts: int = 0,
+          timeout: float | None = None, log_dir=None, local_ranks_filter=None, grace: float = DEFAULT_GRACE,
+          env: dict | None = None, _no_cards: bool = False) -> list:
+    """Run fn(*args) on nproc * nnodes ranks; return their results in rank order, or raise LaunchError.
+
+    Options are those of ``launch`` (nnodes, config, address, max_restarts, timeout, log_dir,
+    local_ranks_filter, grace) plus ``env``, extra environment for every rank.
+    """
+    if os.environ.get(_SPAWN_DIR):
+        raise _invalid("spawn called inside a spawned rank (the module that defines fn calls spawn at import "
+                       "time?); guard the call with `if __name__ == \"__main__\":` or put it in a test function")
+    ref = function_reference(fn)
+    try:
+        payload = pickle.dumps(tuple(args))
+    except Exception as e:
+        raise _invalid(f"spawn: args of {ref['qualname']} cannot be pickled: {type(e).__name__}: {e}") from None
+    with tempfile.TemporaryDirectory(prefix="npusim-spawn-") as workdir:
+        (Path(workdir) / "spec.pkl").write_bytes(pickle.dumps({"ref": ref, "args": payload}))
+        rank_env = {**os.environ, **(env or {}), _SPAWN_DIR: workdir}
+        name = f"spawn({ref['module']}.{ref['qualname']})"
+        rc = make_run_config(("-c", _BOOT, workdir), name=name, nproc=nproc, nnodes=nnodes, config=config,
+                             address=address, max_restarts=max_restarts, timeout=timeout, log_dir=log_dir,
+                             local_ranks_filter=local_ranks_filter, grace=grace, cards=not _no_cards,
+                             env=rank_env)
+        result = run(rc)
+        outcomes = {rank: _read_outcome(workdir, result.restarts, rank) for rank in range(rc.world_size)}
+    if result.status == "succeeded":
+        missing = [rank for rank, o in outcomes.items() if o is None or o[0] != "ok"]
+        if missing:
+            raise LaunchError(f"{name}: ranks {missing} exited 0 without a result", [])
+        return [outcomes[rank][1] for rank in range(rc.world_size)]
+    raise _launch_error(name, rc, result, outcomes)
+
+
+def _launch_error(name, rc, result, outcomes) -> LaunchError:
+    failures, parts = [], []
+    for f in sorted(result.failures, key=lambda f: f["rank"]):
+        outcome = outcomes.get(f["rank"])
+        entry = {"rank": f["rank"], "node": f["node"], "returncode": f["returncode"]}
+        if outcome and outcome[0] == "error":
+            entry.update(outcome[1])
+            head = f"{entry['type']}: {entry['message']}"
+            body = entry["traceback"].rstrip("\n").splitlines()
+        else:
+            entry.update(type=None, message=None, traceback="\n".join(f.get("stderr_tail", [])))
+            head = f"exited with {describe_exit(f['returncode'], f['pid'])}".replace("\n  error     :", ";")
+            body = traceback_tail(f.get("stderr_tail", []))
+        root = " (first failure)" if result.failures and f is result.failures[0] else ""
+        parts.append(f"  rank {f['rank']} (node {f['node']}){root}: {head}")
+        parts += ["    " + line for line in body]
+        failures.append(entry)
+    if result.status == "failed":
+        head = f"{name}: {len(failures)} of {rc.world_size} ranks failed"
+        if result.restarts:
+            head += f" (after {result.restarts} restarts)"
+    elif result.status == "timeout":
+        head = f"{name}: timed out after {rc.timeout:g} s; ranks still running: {result.running}"
+    else:
+        head = f"{name}: interrupted; ranks still running: {result.running}"
+    return LaunchError("\n".join([head] + parts), failures, result.status)
+
+
+class _ResultUnpickler(pickle.Unpickler):
+    """Objects of classes defined in the caller's script come back from ranks as '__mp_main__.X'."""
+
+    def find_class(self, module, name):
+        return super().find_class("__main__" if module == "__mp_main__" else module, name)
+
+
+def _read_outcome(workdir: str, attempt: int, rank: int):
+    path = Path(workdir) / f"result.{attempt}.{rank}.pkl"
+    if not path.exists():
+        return None
+    try:
+        return _ResultUnpickler(io.BytesIO(path.read_bytes())).load()
+    except Exception as e:
+        return ("error", {"type": type(e).__name__, "message": f"cannot unpickle the result of rank {rank}: {e}",
+                          "traceback": ""})
+
+
+# ---- inside each rank ---------------------------------------------------------------------------
+
+def _load_function(ref: dict):
+    """Re-import fn's module as the caller had it, then look fn up by qualified name."""
+    name, file = ref["module"], Path(ref["file"])
+    if name == "__main__":
+        sys.path.insert(0, str(file.parent))  # as when the script itself runs
+        spec = importlib.util.spec_from_file_location("__mp_main__", file)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["__mp_main__"] = sys.modules["__main__"] = module  # pickles naming __main__ resolve here
+        spec.loader.exec_module(module)
+    else:
+        # The directory the caller imported it from (pytest's rootdir-relative name or a package path).
+        depth = name.count(".") + (1 if file.name == "__init__.py" else 0)
+        sys.path.insert(0, str(file.parents[depth]))
+        module = importlib.import_module(name)
+        if Path(module.__file__).resolve() != file:
+            raise ImportError(f"spawn: module {name!r} resolved to {module.__file__} in the rank, "
+                              f"but the caller's fn came from {file}")
+    obj = module
+    for part in ref["qualname"].split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _rank_main() -> None:
+    """Entry point of a spawned rank: `python -u -c <_BOOT> <workdir>`."""
+    workdir = Path(sys.argv[1])
+    out = workdir / f"result.{os.environ['RESTART_COUNT']}.{os.environ['RANK']}.pkl"
+    spec = pickle.loads((workdir / "spec.pkl").read_bytes())
+    try:
+        fn = _load_function(spec["ref"])
+        value = fn(*pickle.loads(spec["args"]))
+        data = pickle.dumps(("ok", value))
+    except BaseException as e:  # SystemExit / KeyboardInterrupt in fn are failures of that rank too
+        text = traceback.format_exc()
+        sys.stderr.write(text)
+        kind = type(e)
+        error = {"type": kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
+                 "message": str(e), "traceback": text}
+        _write_atomic(out, pickle.dumps(("error", error)))
+        sys.exit(1)
+    _write_atomic(out, data)
