@@ -22,12 +22,12 @@ from rt.constants import AclErrorCode
 from rt.errors import AclError, HcclError
 from rt.segment import Segment
 
-from . import algos
+from . import algos, futex
 from .types import HcclResult, apply_reduce, np_dtype
 
 # slot layout (int64 words)
-PHASE, ARRIVED, DONE, STATUS, PID, CARD, FP_LEN = range(7)
-BUF0 = 8                       # send seg, off, size; recv seg, off, size; tmp seg, off, size
+PHASE, ARRIVED, DONE, STATUS, PID, CARD, FP_LEN, SLEEPING = range(8)
+BUF0 = 9                       # send seg, off, size; recv seg, off, size; tmp seg, off, size
 SLOT_WORDS = 64                # 512 bytes: words + fingerprint text
 FP_OFF, FP_MAX = 24 * 8, SLOT_WORDS * 8 - 24 * 8
 # pair mailbox layout (int64 words)
@@ -47,13 +47,32 @@ class ControlBlock:
         self.n = nranks
         words = arr.view(np.int64)
         self.slots = words[: nranks * SLOT_WORDS].reshape(nranks, SLOT_WORDS)
-        self.pairs = words[nranks * SLOT_WORDS: nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS] \
-            .reshape(nranks, nranks, PAIR_WORDS)
+        end = nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS
+        self.pairs = words[nranks * SLOT_WORDS: end].reshape(nranks, nranks, PAIR_WORDS)
+        self.wake_word = arr[8 * end: 8 * end + 4].view(np.int32)     # futex word
+        self.wake_addr = self.wake_word.ctypes.data
         self.raw = arr
 
     @staticmethod
     def nbytes(nranks: int) -> int:
-        return 8 * (nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS)
+        return 8 * (nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS) + 64
+
+    def notify(self) -> None:
+        """State changed: wake the ranks that sleep on this block (no system call if none does)."""
+        if self.slots[:, SLEEPING].any():
+            self.wake_word[0] += 1
+            futex.wake(self.wake_addr)
+
+    def sleep(self, rank: int, cond, timeout: float) -> None:
+        """Sleep until woken (or ``timeout``), unless ``cond()`` already holds."""
+        slot = self.slots[rank]
+        slot[SLEEPING] = 1
+        seen = int(self.wake_word[0])
+        try:
+            if not cond():
+                futex.wait(self.wake_addr, seen, timeout)
+        finally:
+            slot[SLEEPING] = 0
 
     def fingerprint(self, rank: int) -> str:
         n = int(self.slots[rank, FP_LEN])
@@ -67,19 +86,20 @@ class ControlBlock:
         self.slots[rank, FP_LEN] = len(data)
 
 
-def _wait(cond, *, timeout: float, check=None, poll_start: float = 0.00002) -> None:
-    """Wait until ``cond()``: yield first (cheap when peers are close), then sleep with backoff.
+def _wait(cond, *, timeout: float, check=None, sleeper=None) -> None:
+    """Wait until ``cond()``: yield first (cheap when peers are close), then sleep.
 
-    ``check()`` runs every ~0.2 s and raises to abort (dead peer, closed stream); on timeout raises
-    WaitAbort. Pure spinning is avoided: 8 cards on 2 cores would starve each other.
+    ``sleeper(cond, seconds)`` blocks on the control block's futex until someone changes state; without
+    it the wait sleeps with a short backoff. ``check()`` runs every ~0.2 s and raises to abort (dead
+    peer); on timeout raises WaitAbort. Pure spinning is avoided: 8 cards on 2 cores starve each other.
     """
-    for _ in range(64):
+    for _ in range(100):
         if cond():
             return
         os.sched_yield()
     start = time.monotonic()
     next_check = start + 0.2
-    delay = poll_start
+    delay = 0.00005
     while not cond():
         now = time.monotonic()
         if now - start > timeout:
@@ -87,8 +107,11 @@ def _wait(cond, *, timeout: float, check=None, poll_start: float = 0.00002) -> N
         if check is not None and now >= next_check:
             check()
             next_check = now + 0.2
-        time.sleep(delay)
-        delay = min(delay * 2, 0.001)
+        if sleeper is not None and futex.AVAILABLE:
+            sleeper(cond, 0.05)
+        else:
+            time.sleep(delay)
+            delay = min(delay * 2, 0.001)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -148,6 +171,10 @@ class Endpoint:
     def mark(self, status: int) -> None:
         if self.ctrl is not None:
             self.ctrl.slots[self.rank, STATUS] = status
+            self.ctrl.notify()
+
+    def _sleeper(self, cond, seconds):
+        self.ctrl.sleep(self.rank, cond, seconds)
 
     # -- liveness and reports ------------------------------------------------------------------------
     def _check_peers(self, ranks, what: str) -> None:
@@ -179,10 +206,12 @@ class Endpoint:
         slots[self.rank, PHASE] = target
         if self.hub is not None:
             return self._hub_barrier(what, seq, target)
-        others = [r for r in range(self.n) if r != self.rank]
+        self.ctrl.notify()
+        phases = slots[:, PHASE]
         try:
-            _wait(lambda: all(slots[r, PHASE] >= target for r in others), timeout=self.exec_timeout,
-                  check=lambda: self._check_peers([r for r in others if slots[r, PHASE] < target], what))
+            _wait(lambda: phases.min() >= target, timeout=self.exec_timeout,
+                  check=lambda: self._check_peers([r for r in range(self.n) if phases[r] < target], what),
+                  sleeper=self._sleeper)
         except WaitAbort:
             raise HcclError(HcclResult.HCCL_E_TIMEOUT, self._missing_report(seq, what)) from None
 
@@ -340,6 +369,7 @@ class Endpoint:
         box[P_SEG], box[P_OFF], box[P_SIZE] = view
         box[P_COUNT], box[P_DTYPE] = count, dtype
         box[P_SEND] = seq
+        self.ctrl.notify()
 
     def wait_send(self, peer: int) -> None:
         """Block until ``peer`` has received our latest send (HCCL send semantics)."""
@@ -350,7 +380,7 @@ class Endpoint:
         what = f"send #{seq} from rank {self.rank} to rank {peer} on comm '{self.comm_id}'"
         try:
             _wait(lambda: box[P_RECV_DONE] >= seq or box[P_RECV_DONE] < 0, timeout=self.exec_timeout,
-                  check=lambda: self._check_peers([peer], what))
+                  check=lambda: self._check_peers([peer], what), sleeper=self._sleeper)
         except WaitAbort:
             raise HcclError(HcclResult.HCCL_E_TIMEOUT,
                             f"{what}: rank {peer} never posted the matching recv within {self.exec_timeout:g} s "
@@ -367,13 +397,14 @@ class Endpoint:
         what = f"recv #{seq} on rank {self.rank} from rank {peer} on comm '{self.comm_id}'"
         try:
             _wait(lambda: box[P_SEND] >= seq, timeout=self.exec_timeout,
-                  check=lambda: self._check_peers([peer], what))
+                  check=lambda: self._check_peers([peer], what), sleeper=self._sleeper)
         except WaitAbort:
             raise HcclError(HcclResult.HCCL_E_TIMEOUT,
                             f"{what}: rank {peer} never sent within {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT)") from None
         if int(box[P_COUNT]) != count or int(box[P_DTYPE]) != dtype:
             got = (int(box[P_COUNT]), int(box[P_DTYPE]))
             box[P_RECV_DONE] = -1
+            self.ctrl.notify()
             raise HcclError(HcclResult.HCCL_E_PARA, f"{what}: rank {peer} sent count={got[0]} dtype={got[1]}, "
                                                     f"this rank expects count={count} dtype={dtype}")
         seg, off, nbytes = int(box[P_SEG]), int(box[P_OFF]), int(box[P_SIZE])
@@ -381,6 +412,7 @@ class Endpoint:
         dst = self.service.segment_array(self.card.index, view[0])[view[1]: view[1] + view[2]]
         np.copyto(dst, src)
         box[P_RECV_DONE] = seq
+        self.ctrl.notify()
 
     def close(self, status: int = CLOSED) -> None:
         self.mark(status)

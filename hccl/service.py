@@ -105,7 +105,10 @@ class HcclService:
 
     @functools.lru_cache(maxsize=256)
     def _schedule(self, op, n, count, root, algo_text, nodes, nbytes, topology, v_key):
-        algo, params = algos.choose(op, n, nbytes, nodes=nodes, topology=topology, hccl_algo=algo_text or None)
+        limit = getattr(getattr(self.card, "config", None), "ring_threshold_bytes", 0)
+        thresholds = {k: limit for k in ("all_reduce", "all_gather", "reduce_scatter")} if limit else {}
+        algo, params = algos.choose(op, n, nbytes, nodes=nodes, topology=topology, hccl_algo=algo_text or None,
+                                    thresholds=thresholds)
         kw = dict(params)
         if root is not None:
             kw["root"] = root

@@ -28,6 +28,7 @@ class Config:
     exec_timeout: float = 1836.0
     connect_timeout: float = 120.0
     buffsize_mb: int = 200
+    ring_threshold_bytes: int = 0      # one node: mesh up to this size, ring above (0 = always mesh)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -45,6 +46,7 @@ _FIELDS = {  # toml [section] key -> (field, type)
     ("hccl", "exec_timeout"): ("exec_timeout", (int, float)),
     ("hccl", "connect_timeout"): ("connect_timeout", (int, float)),
     ("hccl", "buffsize_mb"): ("buffsize_mb", int),
+    ("hccl", "ring_threshold_bytes"): ("ring_threshold_bytes", int),
 }
 
 

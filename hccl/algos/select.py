@@ -24,7 +24,10 @@ ALGORITHMS = {"mesh": mesh, "ring": ring, "hd": hd, "hierarchical": hierarchical
 # Largest message (bytes) for which one node uses the one-shot mesh; above it the bandwidth-
 # optimal ring. Ops not listed always use mesh on a full-mesh node. The lead may load these
 # from configs/ and pass them as ``thresholds``.
-DEFAULT_THRESHOLDS = {"all_reduce": 1 << 20, "all_gather": 1 << 20, "reduce_scatter": 1 << 20}
+# Above these sizes one node switches from mesh to ring. Measured on the 2-core laptop (docs/performance.md)
+# mesh wins at every size there (16 MiB all_reduce: mesh 1.41 GB/s busbw, ring 0.73), so the default never
+# switches; configs/*.toml set [hccl] ring_threshold_bytes for machines where ring pays off.
+DEFAULT_THRESHOLDS: dict[str, int] = {}
 
 # HCCL_ALGO operator keys → our collective names ("other" = every collective not named).
 _OP_KEYS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
@@ -143,6 +146,8 @@ def choose(op: str, world_size: int, nbytes: int, *, nodes: int = 1, topology: s
         threshold = thresholds.get(op)
         if level0 == "ring":
             algo, params, reason = "ring", {}, "HCCL_ALGO level0:ring"
+        elif level0 == "fullmesh":
+            algo, params, reason = "mesh", {}, "HCCL_ALGO level0:fullmesh"
         elif topology == "2x4" and world_size > 4 and world_size % 4 == 0:
             groups = world_size // 4
             algo = "hierarchical"

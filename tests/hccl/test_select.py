@@ -50,11 +50,12 @@ def test_parse_rejects_empty_and_mixed():
 
 
 def test_choose_one_node_by_size():
-    limit = DEFAULT_THRESHOLDS["all_reduce"]
-    assert choose("all_reduce", 8, limit)[0] == "mesh"
-    assert choose("all_reduce", 8, limit + 1)[0] == "ring"
-    assert choose("allgather", 8, 1 << 30)[0] == "ring"
-    assert choose("broadcast", 8, 1 << 30)[0] == "mesh"  # not size-switched
+    assert choose("all_reduce", 8, 1 << 30)[0] == "mesh"        # default: no switch (mesh measured fastest)
+    limits = {"all_reduce": 1 << 20, "all_gather": 1 << 20}
+    assert choose("all_reduce", 8, 1 << 20, thresholds=limits)[0] == "mesh"
+    assert choose("all_reduce", 8, (1 << 20) + 1, thresholds=limits)[0] == "ring"
+    assert choose("allgather", 8, 1 << 30, thresholds=limits)[0] == "ring"
+    assert choose("broadcast", 8, 1 << 30, thresholds=limits)[0] == "mesh"  # not size-switched
     assert choose("all_reduce", 8, 4096, thresholds={"all_reduce": 1024})[0] == "ring"
 
 
