@@ -1,0 +1,67 @@
+"""Run under `launch`: every collective once against a numpy oracle; prints one line per rank and check.
+
+Used by the two-node test (hierarchical algorithm across nodes) and usable by hand:
+    launch --nproc 4 tests/scripts/collectives_check.py
+"""
+
+import os
+
+import numpy as np
+
+import hccl
+import rt
+
+
+def data(rank: int, n: int) -> np.ndarray:
+    return (np.arange(n, dtype=np.int64) * 7 + rank * 1000 + 1) % 997
+
+
+def main() -> None:
+    comm = hccl.init()
+    r, n = comm.rank, comm.size
+    info = rt.get_device_info(rt.get_device())
+    print(f"rank {r} node {os.environ['NPUSIM_NODE']} card {info.physical_id} algo_nodes "
+          f"{len({m[0] for m in comm.members})}", flush=True)
+    count = 1003
+    i64 = hccl.HCCL_DATA_TYPE_INT64
+    everyone = [data(k, count * n) for k in range(n)]
+    mine = rt.Tensor.from_numpy(everyone[r])
+    out = rt.empty(count * n, np.int64)
+    stream = rt.create_stream()
+
+    def run(name, expect, got_tensor, launch):
+        launch()
+        rt.synchronize_stream(stream)
+        got = got_tensor.numpy()
+        if not np.array_equal(got, expect):
+            raise SystemExit(f"rank {r}: {name} wrong: {got[:5]} vs {expect[:5]}")
+        print(f"rank {r} OK {name}", flush=True)
+
+    total = np.sum(everyone, axis=0)
+    run("all_reduce", total, out,
+        lambda: hccl.all_reduce(mine.ptr, out.ptr, count * n, i64, hccl.HCCL_REDUCE_SUM, comm, stream))
+    buf = rt.Tensor.from_numpy(everyone[r][:count])
+    run("broadcast", everyone[n - 1][:count], buf, lambda: hccl.broadcast(buf.ptr, count, i64, n - 1, comm, stream))
+    red = rt.Tensor.from_numpy(np.zeros(count, np.int64))
+    expect = np.max([e[:count] for e in everyone], axis=0) if r == 1 else np.zeros(count, np.int64)
+    run("reduce", expect, red,
+        lambda: hccl.reduce(mine.ptr, red.ptr, count, i64, hccl.HCCL_REDUCE_MAX, 1, comm, stream))
+    gathered = rt.empty(count * n, np.int64)
+    run("all_gather", np.concatenate([e[:count] for e in everyone]), gathered,
+        lambda: hccl.all_gather(mine.ptr, gathered.ptr, count, i64, comm, stream))
+    block = rt.empty(count, np.int64)
+    run("reduce_scatter", total[r * count:(r + 1) * count], block,
+        lambda: hccl.reduce_scatter(mine.ptr, block.ptr, count, i64, hccl.HCCL_REDUCE_SUM, comm, stream))
+    run("scatter", everyone[2 % n][r * count:(r + 1) * count], block,
+        lambda: hccl.scatter(mine.ptr, block.ptr, count, i64, 2 % n, comm, stream))
+    a2a = rt.empty(count * n, np.int64)
+    run("all_to_all", np.concatenate([e[r * count:(r + 1) * count] for e in everyone]), a2a,
+        lambda: hccl.all_to_all(mine.ptr, count, i64, a2a.ptr, count, i64, comm, stream))
+    hccl.barrier(comm, stream)
+    rt.synchronize_stream(stream)
+    print(f"rank {r} OK barrier", flush=True)
+    hccl.comm_destroy(comm)
+
+
+if __name__ == "__main__":
+    main()
