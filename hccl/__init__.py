@@ -10,3 +10,4 @@ from .types import *  # noqa: F401,F403  C names: HCCL_E_TIMEOUT, HCCL_DATA_TYPE
 from .types import HcclDataType, HcclReduceOp, HcclResult
 from rt.errors import HcclError
 from . import tensor_ops  # noqa: F401  (adds the Tensor helpers to Communicator)
+from .ddp import DataParallel, all_reduce_gradients, broadcast_parameters  # noqa: F401  (data-parallel helpers)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
 import threading
@@ -17,7 +16,8 @@ from .types import HcclResult
 from rt.errors import HcclError
 
 HCCL_ROOT_INFO_BYTES = 4108
-_cluster_inits = itertools.count()
+_cluster_inits: dict[tuple[str, int], int] = {}     # (table digest, rank) -> inits so far
+_cluster_lock = threading.Lock()
 
 
 class RootInfo:
@@ -189,7 +189,11 @@ def comm_init_cluster_info(rank_table_path: str, rank: int) -> Communicator:
         rt.set_device(logical)
     digest = hashlib.sha1(table.text.encode()).hexdigest()[:12]
     job = os.environ.get("NPUSIM_JOB", "")
-    comm_id = f"rt-{digest}-{job}-{os.environ.get('RESTART_COUNT', '0')}-{next(_cluster_inits)}"
+    # The n-th init of this rank from this table: counted per rank, so ranks agree on the id whether
+    # they live in separate processes or in threads of one process.
+    with _cluster_lock:
+        nth = _cluster_inits[(digest, rank)] = _cluster_inits.get((digest, rank), 0) + 1
+    comm_id = f"rt-{digest}-{job}-{os.environ.get('RESTART_COUNT', '0')}-{nth}"
     return _init(RUNTIME.current, comm_id, table.size, rank, "comm_init_cluster_info")
 
 

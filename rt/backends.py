@@ -87,7 +87,10 @@ class RayBackend(SocketDirBackend):
             session.connect_ray(address)
         else:
             session.start_local_ray(cfg)
+        import atexit
         import ray
+        from .context import _finalize_at_exit
+        atexit.register(_finalize_at_exit)     # atexit is LIFO: release our cards before Ray's own shutdown
         nodes = session.nodes_with_npus()
         here = ray.get_runtime_context().get_node_id()
         ids = [n["node_id"] for n in nodes]
@@ -114,7 +117,10 @@ class RayBackend(SocketDirBackend):
         return super().connect(index, on_message, on_close)
 
     def close(self) -> None:
+        import ray
         from . import session
+        if not ray.is_initialized():           # Ray already went down (interpreter exit): nothing to call
+            self.cardsets = []
         for cs in self.cardsets:
             session.destroy_cards(cs)
         if self.cardsets:       # only the creator removes the job's socket dir: others still use it
