@@ -119,11 +119,12 @@ class RayBackend(SocketDirBackend):
     def close(self) -> None:
         import ray
         from . import session
-        if not ray.is_initialized():           # Ray already went down (interpreter exit): nothing to call
-            self.cardsets = []
-        for cs in self.cardsets:
-            session.destroy_cards(cs)
-        if self.cardsets:       # only the creator removes the job's socket dir: others still use it
+        created = bool(self.cardsets)
+        if ray.is_initialized():               # else Ray already went down (interpreter exit): its actors too
+            for cs in self.cardsets:
+                session.destroy_cards(cs)
+        self.cardsets = []
+        if created:             # only the creator removes the job's socket dir: others still use it
             shutil.rmtree(self.dir, ignore_errors=True)
         session.stop_ray()
 
