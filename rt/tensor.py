@@ -47,7 +47,7 @@ class Tensor:
     @classmethod
     def from_numpy(cls, array, stream=None) -> "Tensor":
         """Allocate on the current device and copy ``array`` in (synchronously unless ``stream`` is given)."""
-        a = np.ascontiguousarray(array)
+        a = np.asarray(array, order="C")          # (ascontiguousarray would turn a 0-d array into 1-d)
         t = empty(a.shape, a.dtype)
         if a.nbytes:
             if stream is None:
@@ -72,7 +72,7 @@ class Tensor:
         return out
 
     def copy_from(self, array, stream=None) -> None:
-        a = np.ascontiguousarray(array, dtype=self.dtype)
+        a = np.asarray(array, dtype=self.dtype, order="C")
         if a.shape != self.shape:
             raise AclError(E.ACL_ERROR_INVALID_PARAM, f"copy_from: shape {a.shape} != tensor shape {self.shape}")
         if stream is None:

@@ -5,7 +5,8 @@ from .api import __all__ as _api_names
 from .builder import GraphBuilder, Value
 from .executor import Executor
 from .format import ModelDef, Node, ValueInfo, Weight, parse, serialize
+from .shard import ShardedModel, load_sharded, plan_tensor
 from .store import ModelStore, describe
 
 __all__ = [*_api_names, "Executor", "GraphBuilder", "ModelDef", "ModelStore", "Node", "Value", "ValueInfo",
-           "Weight", "describe", "parse", "serialize"]
+           "Weight", "describe", "parse", "serialize", "ShardedModel", "load_sharded", "plan_tensor"]
