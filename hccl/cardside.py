@@ -29,7 +29,9 @@ from .types import HcclResult, apply_reduce, np_dtype
 PHASE, ARRIVED, DONE, STATUS, PID, CARD, FP_LEN, SLEEPING = range(8)
 BUF0 = 9                       # send seg, off, size; recv seg, off, size; tmp seg, off, size
 SLOT_WORDS = 64                # 512 bytes: words + fingerprint text
-FP_OFF, FP_MAX = 24 * 8, SLOT_WORDS * 8 - 24 * 8
+FP_OFF = 24 * 8
+FP_MAX = (SLOT_WORDS * 8 - FP_OFF) // 2        # two fingerprints per slot, by sequence parity
+STAGE_BYTES = 64 << 10                         # per rank and parity: small collectives go through here
 # pair mailbox layout (int64 words)
 P_SEND, P_RECV_DONE, P_SEG, P_OFF, P_SIZE, P_COUNT, P_DTYPE, V_SCOUNT, V_SDISPL, V_RCOUNT = range(10)
 PAIR_WORDS = 10
@@ -51,11 +53,17 @@ class ControlBlock:
         self.pairs = words[nranks * SLOT_WORDS: end].reshape(nranks, nranks, PAIR_WORDS)
         self.wake_word = arr[8 * end: 8 * end + 4].view(np.int32)     # futex word
         self.wake_addr = self.wake_word.ctypes.data
+        self.stage_base = 8 * end + 64
         self.raw = arr
 
     @staticmethod
     def nbytes(nranks: int) -> int:
-        return 8 * (nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS) + 64
+        return 8 * (nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS) + 64 + nranks * 2 * STAGE_BYTES
+
+    def stage(self, rank: int, parity: int) -> np.ndarray:
+        """Rank's staging area for collectives of this sequence parity (uint8, STAGE_BYTES)."""
+        base = self.stage_base + (2 * rank + parity) * STAGE_BYTES
+        return self.raw[base: base + STAGE_BYTES]
 
     def notify(self) -> None:
         """State changed: wake the ranks that sleep on this block (no system call if none does)."""
@@ -74,16 +82,17 @@ class ControlBlock:
         finally:
             slot[SLEEPING] = 0
 
-    def fingerprint(self, rank: int) -> str:
-        n = int(self.slots[rank, FP_LEN])
-        base = rank * SLOT_WORDS * 8 + FP_OFF
-        return bytes(self.raw[base: base + n]).decode("utf-8", "replace")
+    def fingerprint(self, rank: int, seq: int) -> str:
+        """What ``rank`` called as collective ``seq`` (kept for two sequence numbers: seq and seq-1)."""
+        base = rank * SLOT_WORDS * 8 + FP_OFF + (seq % 2) * FP_MAX
+        n = int(self.raw[base])
+        return bytes(self.raw[base + 1: base + 1 + n]).decode("utf-8", "replace")
 
-    def set_fingerprint(self, rank: int, text: str) -> None:
-        data = text.encode()[:FP_MAX]
-        base = rank * SLOT_WORDS * 8 + FP_OFF
-        self.raw[base: base + len(data)] = np.frombuffer(data, np.uint8)
-        self.slots[rank, FP_LEN] = len(data)
+    def set_fingerprint(self, rank: int, seq: int, text: str) -> None:
+        data = text.encode()[:FP_MAX - 1]
+        base = rank * SLOT_WORDS * 8 + FP_OFF + (seq % 2) * FP_MAX
+        self.raw[base + 1: base + 1 + len(data)] = np.frombuffer(data, np.uint8)
+        self.raw[base] = len(data)
 
 
 def _wait(cond, *, timeout: float, check=None, sleeper=None) -> None:
@@ -196,7 +205,7 @@ class Endpoint:
         for r in missing:
             done = int(self.ctrl.slots[r, DONE])
             lines.append(f"rank {r} (card {int(self.ctrl.slots[r, CARD])}): last completed collective #{done}"
-                         + (f" ({self.ctrl.fingerprint(r)})" if done else ""))
+                         + (f" ({self.ctrl.fingerprint(r, done)})" if done else ""))
         return "; ".join(lines)
 
     # -- barriers --------------------------------------------------------------------------------------
@@ -232,7 +241,7 @@ class Endpoint:
 
     def _fingerprints(self, seq: int, fp: str) -> list[str]:
         if self.hub is None:
-            return [self.ctrl.fingerprint(r) for r in range(self.n)]
+            return [self.ctrl.fingerprint(r, seq) for r in range(self.n)]
         import ray
         return ray.get(self.hub.fingerprints.remote(seq), timeout=60)
 
@@ -258,13 +267,16 @@ class Endpoint:
         what = f"{op} #{seq} on comm '{self.comm_id}' (rank {self.rank})"
         ctrl, me = self.ctrl, self.ctrl.slots[self.rank]
         dtype = np_dtype(p["dtype"])
+        if (self.hub is None and not p.get("algo") and op in _STAGED
+                and _staged_bytes(op, p, self.n, dtype) <= STAGE_BYTES):
+            return self._staged(seq, op, p, views, dtype, what)
         sched = None
         if op != "all_to_all_v":
             sched = self.service.schedule(op, self.n, p, self.nodes)
             if sched.tmp_count:
                 views = dict(views, tmp=self.scratch(sched.tmp_count * dtype.itemsize))
         fp = p["fingerprint"]
-        ctrl.set_fingerprint(self.rank, fp)
+        ctrl.set_fingerprint(self.rank, seq, fp)
         for i, name in enumerate(("send", "recv", "tmp")):
             seg = views.get(name)
             me[BUF0 + 3 * i: BUF0 + 3 * i + 3] = seg if seg is not None else (-1, 0, 0)
@@ -321,6 +333,59 @@ class Endpoint:
                 self.barrier(what, seq)
             if not sched.steps:
                 self.barrier(what, seq)
+        me[DONE] = seq
+        self.last_done = fp
+
+    def _staged(self, seq: int, op: str, p: dict, views: dict, dtype, what: str) -> None:
+        """Small collectives in one barrier: every rank copies its input into its staging area (double-
+        buffered by sequence parity), waits once, then computes its own result from all the stages.
+
+        A rank writes stage ``seq % 2`` again only at ``seq + 2``, after the barrier of ``seq + 1``, which
+        nobody passes before every rank has finished reading ``seq``: no second barrier is needed.
+        """
+        ctrl, me, n, r = self.ctrl, self.ctrl.slots[self.rank], self.n, self.rank
+        parity = seq % 2
+        count, root = p["count"], p.get("root")
+        itemsize = dtype.itemsize
+        source = {"broadcast": "recv"}.get(op, "send")
+        if op not in ("broadcast", "scatter") or r == root:
+            view = views.get(source)
+            if view is not None and view[2]:
+                seg, off, nbytes = view
+                ctrl.stage(r, parity)[:nbytes] = self.service.segment_array(self.card.index, seg)[off: off + nbytes]
+        fp = p["fingerprint"]
+        ctrl.set_fingerprint(r, seq, fp)
+        me[ARRIVED] = seq
+        self.barrier(what, seq)
+        fps = [ctrl.fingerprint(k, seq) for k in range(n)]
+        if len(set(fps)) > 1:
+            self.barrier(what, seq)
+            me[DONE] = seq
+            raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{self.comm_id}': ranks called "
+                                                    f"different collectives: {_group(fps)}")
+        if op != "barrier" and "recv" in views and views["recv"][2]:
+            seg, off, nbytes = views["recv"]
+            recv = self.service.segment_array(self.card.index, seg)[off: off + nbytes].view(dtype)
+
+            def stage(k, first=0, items=count):
+                return ctrl.stage(k, parity)[first * itemsize: (first + items) * itemsize].view(dtype)
+            rop = p.get("op", 0)
+            if op in ("all_reduce", "reduce", "reduce_scatter"):
+                first = r * count if op == "reduce_scatter" else 0
+                np.copyto(recv, stage(0, first))
+                for k in range(1, n):
+                    apply_reduce(rop, recv, stage(k, first))
+            elif op == "broadcast":
+                if r != root:
+                    np.copyto(recv, stage(root))
+            elif op == "scatter":
+                np.copyto(recv, stage(root, r * count))
+            elif op == "all_gather":
+                for k in range(n):
+                    np.copyto(recv[k * count: (k + 1) * count], stage(k))
+            elif op == "all_to_all":
+                for k in range(n):
+                    np.copyto(recv[k * count: (k + 1) * count], stage(k, r * count))
         me[DONE] = seq
         self.last_done = fp
 
@@ -422,6 +487,15 @@ class Endpoint:
             except Exception:
                 pass
             self.scratch_ptr = None
+
+
+_STAGED = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier")
+
+
+def _staged_bytes(op: str, p: dict, n: int, dtype) -> int:
+    """Bytes one rank stages for a small collective (its whole input)."""
+    c = p["count"] * dtype.itemsize
+    return c * n if op in ("reduce_scatter", "scatter", "all_to_all") else c
 
 
 class _RemoteArrays(dict):
