@@ -247,7 +247,9 @@ def test_bad_input_fails_with_a_clear_message(tmp_path, capsys, args, message):
 def test_more_nodes_than_an_embedded_session_has_is_refused_at_once(tmp_path, capsys):
     path = script(tmp_path, "ok.py", "print('never')\n")
     assert main(["--nnodes", "2", "--nproc", "2", path]) == 1
-    assert "embedded local Ray session is a single node" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # Alone this test starts an embedded session; in the full suite a session fixture may already be up.
+    assert "embedded local Ray session is a single node" in err or "needs 2 Ray node(s)" in err, err
 
 
 def test_help_is_the_user_manual(capsys):
