@@ -22,12 +22,8 @@ HCCL_SEND, HCCL_RECV = 0, 1
 
 def _stream(comm: Communicator, stream, call):
     if stream is None or (isinstance(stream, int) and stream == 0):
-        prev = rt_api.RUNTIME.current
-        rt_api.RUNTIME.set_current(comm.ctx)
-        try:
+        with rt_api.RUNTIME.using(comm.ctx):
             return rt_api._stream(None, call)
-        finally:
-            rt_api.RUNTIME.set_current(prev)
     try:
         st = rt_api._stream(stream, call)
     except AclError as e:

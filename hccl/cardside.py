@@ -11,18 +11,15 @@ by step, pulling from peer card memory with a barrier between steps.
 
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 import time
 
 import numpy as np
 
-from rt.constants import AclErrorCode
-from rt.errors import AclError, HcclError
-from rt.segment import Segment
+from rt.errors import HcclError
 
-from . import algos, futex
+from . import futex
 from .types import HcclResult, apply_reduce, np_dtype
 
 # slot layout (int64 words)

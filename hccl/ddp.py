@@ -33,7 +33,6 @@ How it works (PyTorch DDP's reducer; Horovod calls the same idea tensor fusion):
 
 from __future__ import annotations
 
-import contextlib
 
 import numpy as np
 
@@ -50,15 +49,7 @@ DEFAULT_BUCKET_BYTES = 25 * MIB
 DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB
 
 
-@contextlib.contextmanager
-def _on(ctx):
-    """Make ``ctx`` current for this thread for a moment (one process may drive several cards)."""
-    prev = RUNTIME.current
-    RUNTIME.set_current(ctx)
-    try:
-        yield
-    finally:
-        RUNTIME.set_current(prev)
+_on = RUNTIME.using
 
 
 def _is_float(dtype: np.dtype) -> bool:

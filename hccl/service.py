@@ -14,11 +14,11 @@ import os
 import threading
 import time
 
-from rt.errors import AclError, HcclError, NpuError
+from rt.errors import HcclError
 from rt.segment import Segment
 
 from . import algos
-from .cardside import ALIVE, CLOSED, HOST_GONE, Endpoint
+from .cardside import CLOSED, HOST_GONE, Endpoint
 from .types import HcclResult, np_dtype
 
 

@@ -11,12 +11,8 @@ from .types import hccl_dtype
 
 
 def _on_card(comm, fn):
-    prev = RUNTIME.current
-    RUNTIME.set_current(comm.ctx)
-    try:
+    with RUNTIME.using(comm.ctx):
         return fn()
-    finally:
-        RUNTIME.set_current(prev)
 
 
 def all_reduce(self: Communicator, t: rt.Tensor, op="sum", stream=None) -> rt.Tensor:

@@ -8,6 +8,7 @@ uses a per-process, reference-counted default context per device and binds it to
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 
@@ -132,6 +133,16 @@ class Runtime:
 
     def set_current(self, ctx: Context | None) -> None:
         self.tls.ctx = ctx
+
+    @contextlib.contextmanager
+    def using(self, ctx: Context):
+        """Make ``ctx`` the calling thread's current context for a moment (one process may drive several cards)."""
+        prev = self.current
+        self.set_current(ctx)
+        try:
+            yield ctx
+        finally:
+            self.set_current(prev)
 
     def require_current(self, call: str) -> Context:
         self.require()

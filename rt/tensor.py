@@ -60,15 +60,11 @@ class Tensor:
         """Copy to a new host array, after the work queued in this tensor's context (unless sync=False)."""
         self._check("numpy")
         out = np.empty(self.shape, self.dtype)
-        prev = RUNTIME.current
-        RUNTIME.set_current(self.ctx)
-        try:
+        with RUNTIME.using(self.ctx):
             if sync:
                 api.synchronize_device()
             if out.nbytes:
                 api.memcpy(out, out.nbytes, self.ptr, self.nbytes, MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST)
-        finally:
-            RUNTIME.set_current(prev)
         return out
 
     def copy_from(self, array, stream=None) -> None:
@@ -90,12 +86,8 @@ class Tensor:
 
     def free(self) -> None:
         self._check("free")
-        prev = RUNTIME.current
-        RUNTIME.set_current(self.ctx)
-        try:
+        with RUNTIME.using(self.ctx):
             api.free(self.ptr)
-        finally:
-            RUNTIME.set_current(prev)
         self._freed = True
 
     def _check(self, call):

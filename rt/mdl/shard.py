@@ -33,7 +33,6 @@ too small or with dims not divisible by the world size stay replicated. ``plan_t
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 
 import numpy as np
@@ -306,15 +305,9 @@ def plan_tensor(model, world: int, rank: int, *, min_shard_bytes: int = DEFAULT_
 
 # ---------------------------------------------------------------------------------------------- running
 
-@contextlib.contextmanager
 def _on(ctx):
     from ..context import RUNTIME
-    prev = RUNTIME.current
-    RUNTIME.set_current(ctx)
-    try:
-        yield
-    finally:
-        RUNTIME.set_current(prev)
+    return RUNTIME.using(ctx)
 
 
 def _fits(shape, declared) -> bool:
