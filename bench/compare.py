@@ -3,6 +3,7 @@
     python bench/compare.py                      # 8 ranks, fp32 all_reduce 1K..64M ×4, broadcast + all_gather 16M
     python bench/compare.py --rounds 3 --peers gloo,mpi --json-out /tmp/compare.json
     python bench/compare.py --quick              # 1K..1M, 1 round: a smoke run
+    python bench/compare.py --two-nodes          # also 16 ranks on 2 simulated nodes vs 8 on 1 (64 MiB)
 
 What it runs, round after round in the same order (ours, gloo, mpi, ours, gloo, mpi, ...):
   ours  ``python -m hccl.test <coll> -p N ... --json`` (each call its own ``launch``)
@@ -128,6 +129,27 @@ def startup(peer: str, ns, log) -> float | None:
     return float(m.group(1)) - start if code == 0 and m else None
 
 
+def two_nodes(ns, log) -> dict | None:
+    """64 MiB all_reduce busbw: 16 ranks on two simulated nodes vs 8 ranks on one, same Ray cluster."""
+    from ray.cluster_utils import Cluster    # Ray only for this optional part
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"NPU": ns.nproc},
+                                                           "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=2, resources={"NPU": ns.nproc})
+        out = {}
+        for nodes in (2, 1):
+            cmd = [sys.executable, "-m", "hccl.test", "all_reduce", "-p", str(ns.nproc), "--nnodes", str(nodes),
+                   "-b", "64M", "-e", "64M", "-n", "5", "-w", "2", "-c", "1", "--json", "--address", cluster.address]
+            code, text, _ = run_child(cmd, ns.timeout, log)
+            if code != 0:
+                return None
+            row = json.loads(text)["rows"][0]["out_of_place"]
+            out[nodes] = {"time_us": row["time_us"], "busbw": row["busbw"], "wrong": row["wrong"]}
+        return out
+    finally:
+        cluster.shutdown()
+
+
 # ---- the physical yardstick -------------------------------------------------------------------------
 
 def _copy_worker(nbytes: int, reps: int, barrier, queue) -> None:
@@ -207,7 +229,7 @@ def table(summary: dict, coll: str, peers: list[str]) -> list[str]:
     return lines
 
 
-def targets(results: dict, starts: dict) -> list[str]:
+def targets(results: dict, starts: dict, nodes: dict | None = None) -> list[str]:
     """The issue's targets, met or missed and by how much."""
     out = ["| target | measured | needed | verdict |", "|---|---|---|---|"]
 
@@ -219,7 +241,8 @@ def targets(results: dict, starts: dict) -> list[str]:
         by = value / need
         verdict = "met" if ok else f"missed ({by:.2f} of the target)" if higher_is_better else \
             f"missed ({by:.2f}× the limit)"
-        out.append(f"| {name} | {value:.3g}{unit} | {'≥' if higher_is_better else '≤'} {need:g}{unit} | {verdict} |")
+        sign = "≥" if higher_is_better else "≤"
+        out.append(f"| {name} | {value:.3g}{unit} | {sign} {need:g}{unit} | {verdict} |")
 
     def ratio(coll, size, peer):
         s = results.get(coll, {})
@@ -239,6 +262,9 @@ def targets(results: dict, starts: dict) -> list[str]:
     if starts.get("ours") and starts.get("gloo"):
         check("launch start → first collective vs torchrun + gloo",
               statistics.median(starts["ours"]) / statistics.median(starts["gloo"]), 0.75, False)
+    if nodes:
+        check("hierarchical all_reduce 64 MiB busbw, 16 ranks / 2 nodes vs 8 ranks / 1 node",
+              nodes[2]["busbw"] / nodes[1]["busbw"], 0.5)
     return out
 
 
@@ -265,7 +291,8 @@ def available(peer: str) -> str | None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="compare", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="compare", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-p", "--nproc", type=int, default=8)
     p.add_argument("-b", "--minbytes", default="1K")
     p.add_argument("-e", "--maxbytes", default="64M")
@@ -280,6 +307,8 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=900, help="per child process, seconds")
     p.add_argument("--log", default="/tmp/npusim-compare.log", help="children's stderr and commands")
     p.add_argument("--json-out", default=None, help="write every raw figure here")
+    p.add_argument("--two-nodes", action="store_true",
+                   help="also 16 ranks on a two-node ray.cluster_utils.Cluster vs 8 ranks, all_reduce 64 MiB")
     p.add_argument("--quick", action="store_true", help="1K..1M, 1 round, 1 start-up round, n=5 w=2")
     ns = p.parse_args(argv)
     if ns.quick:
@@ -293,8 +322,9 @@ def main(argv=None) -> int:
     colls = [c for c in ns.collectives.split(",") if c]
     info = machine()
     print(f"# machine: {info}")
-    print(f"# sizes {ns.minbytes}..{ns.maxbytes} ×{ns.stepfactor} ({len(sweep(parse_size(ns.minbytes), parse_size(ns.maxbytes), ns.stepfactor, 0))} sizes)"
-          f", {ns.nproc} ranks, n={ns.iters} w={ns.warmup}, {ns.rounds} rounds; children's stderr → {ns.log}")
+    nsizes = len(sweep(parse_size(ns.minbytes), parse_size(ns.maxbytes), ns.stepfactor, 0))
+    print(f"# sizes {ns.minbytes}..{ns.maxbytes} ×{ns.stepfactor} ({nsizes} sizes), {ns.nproc} ranks, "
+          f"n={ns.iters} w={ns.warmup}, {ns.rounds} rounds; children's stderr → {ns.log}")
     loads = [os.getloadavg()]
     copy = {"before": {1: copy_bandwidth(1), 2: copy_bandwidth(2)}}
     print(f"# np.copyto 64 MiB: {copy['before'][1]:.2f} GB/s (1 process), {copy['before'][2]:.2f} GB/s (2 at once)",
@@ -319,6 +349,9 @@ def main(argv=None) -> int:
                     starts[peer].append(s)
                 print(f"# start-up round {rnd + 1} {peer:<5s} " + (f"{s:.2f} s" if s is not None else "FAILED"),
                       flush=True)
+        nodes = two_nodes(ns, log) if ns.two_nodes else None
+        if ns.two_nodes:
+            print("# two nodes: " + (json.dumps(nodes) if nodes else "FAILED (see log)"), flush=True)
     copy["after"] = {1: copy_bandwidth(1), 2: copy_bandwidth(2)}
     loads.append(os.getloadavg())
     results = {c: summarize(raw[c], c, ns.nproc) for c in colls}
@@ -339,11 +372,11 @@ def main(argv=None) -> int:
     print(f"load average (1 min) during the run: min {min(x[0] for x in loads):.1f}, "
           f"median {statistics.median(x[0] for x in loads):.1f}, max {max(x[0] for x in loads):.1f}; "
           f"wall time {time.time() - t_begin:.0f} s\n")
-    print("\n".join(targets(results, starts)))
+    print("\n".join(targets(results, starts, nodes)))
     if ns.json_out:
         with open(ns.json_out, "w", encoding="utf-8") as f:
             json.dump({"machine": info, "args": vars(ns), "raw": raw, "summary": results, "startup": starts,
-                       "copyto_gbs": copy, "loadavg": loads}, f, indent=1)
+                       "two_nodes": nodes, "copyto_gbs": copy, "loadavg": loads}, f, indent=1)
     return 0
 
 

@@ -152,6 +152,7 @@ def all_to_all(send, send_count, send_type, recv, recv_count, recv_type, comm, s
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: send ({count} × {HcclDataType(code).name}) and recv "
                                                 f"({rcount} × {hccl_dtype(recv_type).name}) blocks must match")
     n = count * isz * comm.size
+    _no_overlap(send, recv, n, call)
     _launch(comm, stream, call, {"count": count, "dtype": code},
             {"send": _buf(comm, send, n, isz, call, "send"), "recv": _buf(comm, recv, n, isz, call, "recv")}, call)
 
@@ -174,9 +175,18 @@ def all_to_all_v(send, send_counts, sdispls, send_type, recv, recv_counts, rdisp
         tables[name] = v
     send_n = max([d + c for d, c in zip(tables["sdispls"], tables["send_counts"])] + [0])
     recv_n = max([d + c for d, c in zip(tables["rdispls"], tables["recv_counts"])] + [0])
+    if send_n and recv_n:
+        _no_overlap(send, recv, max(send_n, recv_n) * isz, call)
     _launch(comm, stream, call, {"count": 0, "dtype": code, **tables},
             {"send": _buf(comm, send, send_n * isz, isz, call, "send"),
              "recv": _buf(comm, recv, recv_n * isz, isz, call, "recv")}, call)
+
+
+def _no_overlap(send, recv, nbytes, call) -> None:
+    """all_to_all reads peers' send blocks while writing recv: the two must not share memory."""
+    if isinstance(send, int) and isinstance(recv, int) and nbytes and send < recv + nbytes and recv < send + nbytes:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: send {send:#x} and recv {recv:#x} overlap; in-place "
+                                                f"{call} is not supported (use separate buffers)")
 
 
 def barrier(comm, stream=None) -> None:

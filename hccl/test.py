@@ -537,7 +537,8 @@ def launch_ranks(ns, argv: list[str]) -> int:
         result_file = os.path.join(tmp, "result.json")
         try:
             rc = make_run_config(("-m", "hccl.test", *worker_argv(argv, result_file)), nproc=ns.nproc,
-                                 nnodes=ns.nnodes, config=ns.config, address=ns.address or os.environ.get("RAY_ADDRESS"),
+                                 nnodes=ns.nnodes, config=ns.config,
+                                 address=ns.address or os.environ.get("RAY_ADDRESS"),
                                  timeout=ns.timeout, name=f"hccl-test {ns.collective}")
             router = TableRouter(rc.nproc)
             result = run(rc, router=router, handle_signals=True)

@@ -336,3 +336,16 @@ def test_dead_rank_process_fails_the_survivor_promptly(ray_session, tmp_path):
         assert code == E_REMOTE and "rank 1 (card 1)" in message and "its process exited" in message, message
     finally:
         session.destroy_cards(cards)
+
+
+def test_in_place_all_to_all_is_refused_at_the_call(comms):
+    c0, _ = comms.world(2)
+    t0 = comms.upload(c0, np.zeros(8, np.int32))
+    for call in (lambda: hccl.all_to_all(t0.ptr, 4, hccl.HCCL_DATA_TYPE_INT32, t0.ptr, 4,
+                                         hccl.HCCL_DATA_TYPE_INT32, c0),
+                 lambda: hccl.all_to_all_v(t0.ptr, [4, 4], [0, 4], hccl.HCCL_DATA_TYPE_INT32, t0.ptr + 16,
+                                           [4, 4], [0, 4], hccl.HCCL_DATA_TYPE_INT32, c0)):
+        with pytest.raises(hccl.HcclError) as info:
+            call()
+        assert info.value.code == hccl.HCCL_E_PARA and "overlap" in str(info.value)
+    comms.free([t0])
