@@ -102,14 +102,18 @@ class RayBackend:
     def prepare(self, job_id: str, attempt: int) -> list[dict]:
         """Create this attempt's card actors on every node; returns each node's extra rank environment."""
         card_job = job_id if attempt == 0 else f"{job_id}r{attempt}"  # fresh actor names for a restart
-        for index, node in enumerate(self.nodes):
-            self._cards.append(self._session.create_cards(card_job, index, node["node_id"], self._rc.hw,
-                                                          self._rc.nproc))
-        return [{**self.job_env, "NPUSIM_JOB": card_job, "NPUSIM_CARD_DIR": c.socket_dir} for c in self._cards]
+        # Cards of every node boot at once and while the ranks start (a rank's rt waits for its card's
+        # socket); start() then waits for all of them, so a card that fails still stops the job.
+        fresh = [self._session.create_cards(card_job, index, node["node_id"], self._rc.hw, self._rc.nproc,
+                                            wait=False) for index, node in enumerate(self.nodes)]
+        self._cards.extend(fresh)
+        return [{**self.job_env, "NPUSIM_JOB": card_job, "NPUSIM_CARD_DIR": c.socket_dir} for c in fresh]
 
     def start(self, specs_per_node: list, attempt: int) -> None:
         self._wait_agents()
         refs = [a.start.remote(specs, attempt) for a, specs in zip(self.agents, specs_per_node)]
+        for cards in self._cards:
+            self._session.wait_cards(cards)
         self._ray.get(refs)
 
     def poll(self, timeout: float) -> list[dict]:

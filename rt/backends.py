@@ -13,11 +13,15 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 
 from .channel import LocalTransport, SocketTransport
 from .config import Config
 from .constants import AclErrorCode as E
 from .errors import AclError
+
+
+CARD_WAIT = float(os.environ.get("NPUSIM_CARD_WAIT", "60"))   # seconds a rank waits for its card to boot
 
 
 class LocalBackend:
@@ -69,10 +73,21 @@ class SocketDirBackend:
 
     def connect(self, index, on_message, on_close):
         path = self.path(index)
-        if not os.path.exists(path):
-            raise AclError(E.ACL_ERROR_RT_NO_DEVICE, f"card {index} of node {self.node} is not running "
-                                                     f"(no socket at {path}; did the job end?)")
-        return SocketTransport(path, on_message, on_close)
+        # Under launch the cards boot while the ranks start: give the card a bounded moment to appear.
+        deadline = time.monotonic() + (CARD_WAIT if os.path.isdir(self.dir) else 0)
+        while not os.path.exists(path):
+            if time.monotonic() >= deadline:
+                raise AclError(E.ACL_ERROR_RT_NO_DEVICE,
+                               f"card {index} of node {self.node} is not running (no socket at {path} after "
+                               f"{CARD_WAIT:g} s; did the job end or the card fail to start?)")
+            time.sleep(0.02)
+        while True:
+            try:
+                return SocketTransport(path, on_message, on_close)
+            except ConnectionRefusedError:      # bound but not listening yet
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
 
     def close(self) -> None:
         pass

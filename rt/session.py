@@ -156,10 +156,11 @@ class CardSet:
     socket_dir: str
     actors: list
     created: bool
+    pending: dict = dataclasses.field(default_factory=dict)   # readiness refs not yet waited for
 
 
 def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: int | None = None,
-                 socket_dir: str | None = None, timeout: float = 60.0, indices=None) -> CardSet:
+                 socket_dir: str | None = None, timeout: float = 60.0, indices=None, wait: bool = True) -> CardSet:
     """Create (or find) the card actors 0..count-1 (or ``indices``) of ``node``, pinned to Ray node ``node_id``."""
     from .actor import CardActor
     ray = _ray()
@@ -174,7 +175,17 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
     indices = list(range(count)) if indices is None else list(indices)
     actors = [CardActor.options(name=card_name(job, node, i), **opts).remote(node, i, cfg.to_dict(), socket_dir)
               for i in indices]
-    pending = {a.address.remote(): i for i, a in zip(indices, actors)}
+    cards = CardSet(job, node, socket_dir, actors, True, {a.address.remote(): i for i, a in zip(indices, actors)})
+    if wait:
+        wait_cards(cards, timeout)
+    return cards
+
+
+def wait_cards(cards: "CardSet", timeout: float = 60.0) -> None:
+    """Block until the card actors of ``cards`` serve their sockets; name the ones that did not."""
+    ray = _ray()
+    pending, cards.pending = dict(cards.pending), {}
+    node = cards.node
     deadline = time.monotonic() + timeout
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=max(0.0, deadline - time.monotonic()))
@@ -189,7 +200,7 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
             raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR,
                            f"cards {missing} of node {node} did not start within {timeout:.0f} s (not enough free "
                            f"'NPU' resources on that Ray node? available: {ray.available_resources().get('NPU', 0)})")
-    return CardSet(job, node, socket_dir, actors, True)
+
 
 
 def destroy_cards(cards: CardSet) -> None:
