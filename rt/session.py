@@ -145,8 +145,14 @@ def nodes_with_npus() -> list[dict]:
     return out
 
 
-def card_name(job: str, node: int, index: int) -> str:
-    return f"npu:{job}:{node}:{index}"
+def card_name(node: int, index: int) -> str:
+    """The card actor's name, as DESIGN §1: ``npu:<node>:<id>`` (in the job's namespace, see card_namespace)."""
+    return f"npu:{node}:{index}"
+
+
+def card_namespace(job: str) -> str:
+    """Each job (and each launcher restart) has its own Ray namespace, so concurrent jobs never share cards."""
+    return f"{NAMESPACE}-{job}"
 
 
 @dataclasses.dataclass
@@ -167,13 +173,13 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
     count = cfg.cards_per_node if count is None else count
     socket_dir = socket_dir or os.path.join(socket_root(), job)
     os.makedirs(socket_dir, mode=0o700, exist_ok=True)
-    opts = dict(namespace=NAMESPACE, get_if_exists=True, num_cpus=0, resources={"NPU": 1},
+    opts = dict(namespace=card_namespace(job), get_if_exists=True, num_cpus=0, resources={"NPU": 1},
                 max_concurrency=64, max_restarts=0, runtime_env={"env_vars": {"RAY_DEDUP_LOGS": "0"}})
     if node_id is not None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     indices = list(range(count)) if indices is None else list(indices)
-    actors = [CardActor.options(name=card_name(job, node, i), **opts).remote(node, i, cfg.to_dict(), socket_dir)
+    actors = [CardActor.options(name=card_name(node, i), **opts).remote(node, i, cfg.to_dict(), socket_dir)
               for i in indices]
     cards = CardSet(job, node, socket_dir, actors, True, {a.address.remote(): i for i, a in zip(indices, actors)})
     if wait:
