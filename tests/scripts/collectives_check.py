@@ -60,7 +60,34 @@ def main() -> None:
     hccl.barrier(comm, stream)
     rt.synchronize_stream(stream)
     print(f"rank {r} OK barrier", flush=True)
+    sweep(comm, stream, r, n)
     hccl.comm_destroy(comm)
+
+
+def sweep(comm, stream, r: int, n: int) -> None:
+    """all_reduce for every HCCL dtype and reduce op (small exact values, so every order agrees)."""
+    from hccl.types import HcclDataType, np_dtype
+    count = 37
+    for code in [c for c in HcclDataType if c.name not in ("INT128", "HIF8", "FP8E4M3", "FP8E5M2", "FP8E8M0",
+                                                             "RESERVED")]:
+        dtype = np_dtype(code)
+        for op, ufunc in (("SUM", np.add), ("PROD", np.multiply), ("MAX", np.maximum), ("MIN", np.minimum)):
+            values = [((np.arange(count) + k) % (2 if op == "PROD" else 4) + (1 if op == "PROD" else 0))
+                      for k in range(n)]
+            inputs = [v.astype(dtype) for v in values]
+            expect = inputs[0].copy()
+            for v in inputs[1:]:
+                expect = ufunc(expect, v).astype(dtype)
+            src = rt.Tensor.from_numpy(inputs[r])
+            dst = rt.empty(count, dtype)
+            hccl.all_reduce(src.ptr, dst.ptr, count, int(code), op, comm, stream)
+            rt.synchronize_stream(stream)
+            got = dst.numpy()
+            if not np.array_equal(got.astype(np.float64), expect.astype(np.float64)):
+                raise SystemExit(f"rank {r}: all_reduce {code.name} {op} wrong: {got[:6]} vs {expect[:6]}")
+            src.free()
+            dst.free()
+    print(f"rank {r} OK dtype-op sweep", flush=True)
 
 
 if __name__ == "__main__":
