@@ -145,7 +145,6 @@ class Endpoint:
         self.options = options
         self.owner = owner
         self.exec_timeout = float(options.get("exec_timeout", 1836))
-        self.last_done = "none"
         self.ctrl: ControlBlock | None = None
         self.scratch_ptr = None
         self.scratch_bytes = 0
@@ -331,7 +330,6 @@ class Endpoint:
             if not sched.steps:
                 self.barrier(what, seq)
         me[DONE] = seq
-        self.last_done = fp
 
     def _staged(self, seq: int, op: str, p: dict, views: dict, dtype, what: str) -> None:
         """Small collectives in one barrier: every rank copies its input into its staging area (double-
@@ -384,7 +382,6 @@ class Endpoint:
                 for k in range(n):
                     np.copyto(recv[k * count: (k + 1) * count], stage(k, r * count))
         me[DONE] = seq
-        self.last_done = fp
 
     def _all_to_all_v(self, arrays, p, ctrl) -> None:
         recv = arrays[self.rank]["recv"]

@@ -7,7 +7,7 @@ import enum
 
 import numpy as np
 
-from rt.constants import BFLOAT16
+from rt.constants import BFLOAT16, DTYPE_ALIASES
 from rt.errors import HcclError
 
 
@@ -98,9 +98,7 @@ _TO_NP = {
 _FROM_NP = {v: k for k, v in _TO_NP.items()}
 # torch_npu sends bool tensors as UINT8; numpy names people type as shorthand.
 _FROM_NP[np.dtype(np.bool_)] = HcclDataType.UINT8
-_NAMES = {"bf16": BFLOAT16, "bfloat16": BFLOAT16, "bfp16": BFLOAT16, "fp16": np.float16,
-          "half": np.float16, "fp32": np.float32, "float": np.float32, "fp64": np.float64,
-          "double": np.float64}
+_NAMES = {**DTYPE_ALIASES, "bfp16": BFLOAT16}     # HCCL spells bf16 "BFP16"
 
 
 def np_dtype(dtype) -> np.dtype:

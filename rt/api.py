@@ -507,11 +507,16 @@ def _stream(stream, call) -> Stream:
         if st is None:
             st = ctx.default_stream = Stream(ctx, 0)
         return st
-    if not isinstance(stream, Stream):
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {stream!r} is not a stream (use rt.create_stream())")
-    if stream.destroyed or stream.ctx.destroyed:
-        raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"{call}: {stream!r} was destroyed")
-    return stream
+    return _live(stream, Stream, call, "a stream (use rt.create_stream())")
+
+
+def _live(handle, cls, call, what):
+    """``handle`` if it is a ``cls`` that is not destroyed (nor its context); else the ACL error."""
+    if not isinstance(handle, cls):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {handle!r} is not {what}")
+    if handle.destroyed or handle.ctx.destroyed:
+        raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"{call}: {handle!r} was destroyed")
+    return handle
 
 
 def create_stream() -> Stream:
@@ -588,11 +593,7 @@ class Event:
 
 
 def _event(event, call) -> Event:
-    if not isinstance(event, Event):
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {event!r} is not an event (use rt.create_event())")
-    if event.destroyed or event.ctx.destroyed:
-        raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"{call}: {event!r} was destroyed")
-    return event
+    return _live(event, Event, call, "an event (use rt.create_event())")
 
 
 def create_event() -> Event:

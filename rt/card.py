@@ -71,7 +71,6 @@ class Card:
         self.conns: dict[int, Connection] = {}
         self.user_kernels: dict[str, object] = {}
         self.peers = None                 # set by the transport: resolves other cards' memory and events
-        self.extensions: dict[str, object] = {}   # "models", "hccl": per-card services
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         from .mdl.store import ModelStore
@@ -533,12 +532,8 @@ class Card:
                                f"launch_callback: host callback {cb_id} did not return within {timeout} s")
         return run
 
-    def t_model_execute(self, conn, stream, model_id, inputs, outputs, dynamic, token):
-        def run():
-            dims = self.models.execute(model_id, inputs, outputs, dynamic)
-            if token and not conn.closed:
-                conn.send([0, "model_dims", [token, dims]])
-        return run
+    def t_model_execute(self, conn, stream, model_id, inputs, outputs, dynamic):
+        return lambda: self.models.execute(model_id, inputs, outputs, dynamic)
 
 
 _WITH_FDS = object()

@@ -229,6 +229,12 @@ _ACL_TO_NP = {
 _NP_TO_ACL = {v: k for k, v in _ACL_TO_NP.items()}
 
 
+# Names people type for dtypes, beyond numpy's own (shared with hccl.types).
+DTYPE_ALIASES = {name: np.dtype(t) for name, t in {
+    "bf16": BFLOAT16, "bfloat16": BFLOAT16, "fp16": np.float16, "half": np.float16, "fp32": np.float32,
+    "float": np.float32, "fp64": np.float64, "double": np.float64}.items()}
+
+
 def np_dtype(dtype) -> np.dtype:
     """Accept an ACL dtype code, a numpy dtype or a name ('float32', 'bfloat16', 'fp16')."""
     from .errors import AclError
@@ -239,10 +245,8 @@ def np_dtype(dtype) -> np.dtype:
         except (ValueError, KeyError):
             raise AclError(AclErrorCode.ACL_ERROR_UNSUPPORTED_DATA_TYPE,
                            f"unsupported aclDataType {int(dtype)}") from None
-    aliases = {"bf16": BFLOAT16, "bfloat16": BFLOAT16, "fp16": np.float16, "fp32": np.float32,
-               "fp64": np.float64, "float": np.float32, "half": np.float16, "double": np.float64}
-    if isinstance(dtype, str) and dtype.lower() in aliases:
-        return np.dtype(aliases[dtype.lower()])
+    if isinstance(dtype, str) and dtype.lower() in DTYPE_ALIASES:
+        return DTYPE_ALIASES[dtype.lower()]
     try:
         dt = np.dtype(dtype)
     except TypeError:

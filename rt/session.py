@@ -128,10 +128,6 @@ def stop_ray() -> None:
     _started_here = False
 
 
-def started_here() -> bool:
-    return _started_here
-
-
 def nodes_with_npus() -> list[dict]:
     """Alive Ray nodes offering the NPU resource, in a stable order (the head node first)."""
     ray = _ray()
@@ -169,7 +165,6 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
                  socket_dir: str | None = None, timeout: float = 60.0, indices=None, wait: bool = True) -> CardSet:
     """Create (or find) the card actors 0..count-1 (or ``indices``) of ``node``, pinned to Ray node ``node_id``."""
     from .actor import CardActor
-    ray = _ray()
     count = cfg.cards_per_node if count is None else count
     socket_dir = socket_dir or os.path.join(socket_root(), job)
     os.makedirs(socket_dir, mode=0o700, exist_ok=True)

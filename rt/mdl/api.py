@@ -387,7 +387,7 @@ def _submit(m: _HostModel, stream, ins, outs, dynamic, what: str):
                        f"{what}: model {m.desc.model_id} is loaded on {getattr(m.card, 'name', m.card)}, "
                        f"but the stream belongs to {getattr(client, 'name', client)}")
     # token 0: no dims reply wanted, the host already knows them from its own shape inference
-    client.submit(st.id, "model_execute", m.card_model_id, ins, outs, dynamic, 0)
+    client.submit(st.id, "model_execute", m.card_model_id, ins, outs, dynamic)
     return st
 
 
