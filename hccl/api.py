@@ -72,6 +72,9 @@ def _launch(comm, stream, op, params, buffers, call):
     if params.get("root") is not None:
         desc += f", root={params['root']}"
     params = dict(params, fingerprint=f"{op}({desc})", algo=comm.options.get("algo", ""))
+    host = comm.host_path()
+    if host is not None and host.run(st, seq, op, params, buffers):
+        return
     st.ctx.client.submit(st.id, "hccl", comm.id, comm.rank, seq, op, params,
                          {k: v for k, v in buffers.items() if v is not None})
 

@@ -20,7 +20,7 @@ import numpy as np
 from rt.errors import HcclError
 
 from . import futex
-from .types import HcclResult, apply_reduce, np_dtype
+from .types import HcclResult, apply_reduce, np_dtype, reduce_ufunc
 
 # slot layout (int64 words)
 PHASE, ARRIVED, DONE, STATUS, PID, CARD, FP_LEN, SLEEPING = range(8)
@@ -85,6 +85,14 @@ class ControlBlock:
         n = int(self.raw[base])
         return bytes(self.raw[base + 1: base + 1 + n]).decode("utf-8", "replace")
 
+    def fingerprints_equal(self, seq: int) -> bool:
+        """Whether every rank's fingerprint for ``seq`` equals rank 0's (length byte and text)."""
+        start = FP_OFF + (seq % 2) * FP_MAX
+        table = self.raw[: self.n * SLOT_WORDS * 8].reshape(self.n, SLOT_WORDS * 8)
+        length = int(table[0, start])
+        area = table[:, start: start + 1 + length]
+        return bool((area == area[0]).all())
+
     def set_fingerprint(self, rank: int, seq: int, text: str) -> None:
         data = text.encode()[:FP_MAX - 1]
         base = rank * SLOT_WORDS * 8 + FP_OFF + (seq % 2) * FP_MAX
@@ -92,14 +100,14 @@ class ControlBlock:
         self.raw[base] = len(data)
 
 
-def _wait(cond, *, timeout: float, check=None, sleeper=None) -> None:
+def _wait(cond, *, timeout: float, check=None, sleeper=None, spins: int = 100) -> None:
     """Wait until ``cond()``: yield first (cheap when peers are close), then sleep.
 
     ``sleeper(cond, seconds)`` blocks on the control block's futex until someone changes state; without
     it the wait sleeps with a short backoff. ``check()`` runs every ~0.2 s and raises to abort (dead
     peer); on timeout raises WaitAbort. Pure spinning is avoided: 8 cards on 2 cores starve each other.
     """
-    for _ in range(100):
+    for _ in range(spins):
         if cond():
             return
         os.sched_yield()
@@ -158,6 +166,7 @@ class Endpoint:
         here = self.card.node
         leader = min(r for r, m in enumerate(self.members) if m[0] == here)
         root_node, root_card = self.members[leader][0], self.members[leader][1]
+        self.leader_card = root_card
         size = ControlBlock.nbytes(self.n)
         self.hub = None
         if self.nodes > 1:
@@ -212,7 +221,11 @@ class Endpoint:
         if self.hub is not None:
             return self._hub_barrier(what, seq, target)
         self.ctrl.notify()
-        phases = slots[:, PHASE]
+        self._wait_phase(what, seq, target)
+
+    def _wait_phase(self, what: str, seq: int, target: int) -> None:
+        """Wait until every rank reached barrier phase ``target`` (bounded by HCCL_EXEC_TIMEOUT)."""
+        phases = self.ctrl.slots[:, PHASE]
         try:
             _wait(lambda: phases.min() >= target, timeout=self.exec_timeout,
                   check=lambda: self._check_peers([r for r in range(self.n) if phases[r] < target], what),
@@ -338,50 +351,31 @@ class Endpoint:
         A rank writes stage ``seq % 2`` again only at ``seq + 2``, after the barrier of ``seq + 1``, which
         nobody passes before every rank has finished reading ``seq``: no second barrier is needed.
         """
-        ctrl, me, n, r = self.ctrl, self.ctrl.slots[self.rank], self.n, self.rank
-        parity = seq % 2
-        count, root = p["count"], p.get("root")
-        itemsize = dtype.itemsize
-        source = {"broadcast": "recv"}.get(op, "send")
-        if op not in ("broadcast", "scatter") or r == root:
-            view = views.get(source)
-            if view is not None and view[2]:
-                seg, off, nbytes = view
-                ctrl.stage(r, parity)[:nbytes] = self.service.segment_array(self.card.index, seg)[off: off + nbytes]
-        fp = p["fingerprint"]
-        ctrl.set_fingerprint(r, seq, fp)
-        me[ARRIVED] = seq
-        self.barrier(what, seq)
-        fps = [ctrl.fingerprint(k, seq) for k in range(n)]
-        if len(set(fps)) > 1:
+        source = stage_source(op, p, self.rank)
+        view = views.get(source) if source else None
+        data = self._view(view) if view is not None and view[2] else None
+        target = stage_in(self.ctrl, self.rank, seq, p["fingerprint"], data)
+        self.staged_finish(seq, op, p, views, target)
+
+    def staged_finish(self, seq: int, op: str, p: dict, views: dict, target: int) -> None:
+        """Wait for every rank to have staged ``seq`` (barrier phase ``target``), check the calls agree,
+        compute this rank's result. Also runs collectives the host process started and handed over."""
+        what = f"{op} #{seq} on comm '{self.comm_id}' (rank {self.rank})"
+        self._wait_phase(what, seq, target)
+        ctrl, me, n = self.ctrl, self.ctrl.slots[self.rank], self.n
+        if not stage_agrees(ctrl, seq):
+            fps = [ctrl.fingerprint(k, seq) for k in range(n)]
             self.barrier(what, seq)
             me[DONE] = seq
             raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{self.comm_id}': ranks called "
                                                     f"different collectives: {_group(fps)}")
-        if op != "barrier" and "recv" in views and views["recv"][2]:
-            seg, off, nbytes = views["recv"]
-            recv = self.service.segment_array(self.card.index, seg)[off: off + nbytes].view(dtype)
-
-            def stage(k, first=0, items=count):
-                return ctrl.stage(k, parity)[first * itemsize: (first + items) * itemsize].view(dtype)
-            rop = p.get("op", 0)
-            if op in ("all_reduce", "reduce", "reduce_scatter"):
-                first = r * count if op == "reduce_scatter" else 0
-                np.copyto(recv, stage(0, first))
-                for k in range(1, n):
-                    apply_reduce(rop, recv, stage(k, first))
-            elif op == "broadcast":
-                if r != root:
-                    np.copyto(recv, stage(root))
-            elif op == "scatter":
-                np.copyto(recv, stage(root, r * count))
-            elif op == "all_gather":
-                for k in range(n):
-                    np.copyto(recv[k * count: (k + 1) * count], stage(k))
-            elif op == "all_to_all":
-                for k in range(n):
-                    np.copyto(recv[k * count: (k + 1) * count], stage(k, r * count))
+        recv = views.get("recv")
+        stage_out(ctrl, self.rank, seq, op, p, self._view(recv) if recv is not None and recv[2] else None)
         me[DONE] = seq
+
+    def _view(self, view) -> np.ndarray:
+        seg, off, nbytes = view
+        return self.service.segment_array(self.card.index, seg)[off: off + nbytes]
 
     def _all_to_all_v(self, arrays, p, ctrl) -> None:
         recv = arrays[self.rank]["recv"]
@@ -481,6 +475,69 @@ class Endpoint:
             except Exception:
                 pass
             self.scratch_ptr = None
+
+
+# ---- small collectives through the staging areas (run by cards, or by a rank's own process: hostpath.py)
+
+def stage_source(op: str, p: dict, rank: int) -> str | None:
+    """Which of this rank's buffers it stages (None: it contributes nothing, e.g. a non-root broadcast)."""
+    if op in ("broadcast", "scatter") and rank != p.get("root"):
+        return None
+    return "recv" if op == "broadcast" else "send"
+
+
+def stage_in(ctrl: ControlBlock, rank: int, seq: int, fingerprint: str, data: np.ndarray | None) -> int:
+    """Copy ``data`` (uint8) into this rank's stage for ``seq``, publish the call, arrive at the barrier.
+    Returns the barrier phase to wait for."""
+    if data is not None:
+        ctrl.stage(rank, seq % 2)[:data.size] = data
+    ctrl.set_fingerprint(rank, seq, fingerprint)
+    me = ctrl.slots[rank]
+    me[ARRIVED] = seq
+    target = int(me[PHASE]) + 1
+    me[PHASE] = target
+    ctrl.notify()
+    return target
+
+
+def stage_arrived(ctrl: ControlBlock, target: int) -> bool:
+    return bool(ctrl.slots[:, PHASE].min() >= target)
+
+
+def stage_agrees(ctrl: ControlBlock, seq: int) -> bool:
+    """Every rank called the same collective as ``seq`` (after the barrier): one comparison of the
+    length-prefixed fingerprint bytes of all slots."""
+    return ctrl.fingerprints_equal(seq)
+
+
+def stage_out(ctrl: ControlBlock, rank: int, seq: int, op: str, p: dict, recv: np.ndarray | None) -> None:
+    """This rank's result of small collective ``seq`` from every rank's stage, into ``recv`` (uint8)."""
+    if op == "barrier" or recv is None:
+        return
+    n, parity, count, root = ctrl.n, seq % 2, p["count"], p.get("root")
+    dtype = np_dtype(p["dtype"])
+    itemsize = dtype.itemsize
+    out = recv.view(dtype)
+
+    def stage(k, first=0, items=count):
+        return ctrl.stage(k, parity)[first * itemsize: (first + items) * itemsize].view(dtype)
+    if op in ("all_reduce", "reduce", "reduce_scatter"):
+        first = rank * count if op == "reduce_scatter" else 0
+        combine = reduce_ufunc(p.get("op", 0))
+        np.copyto(out, stage(0, first))
+        for k in range(1, n):          # in the output dtype, rank by rank: as apply_reduce, as the card does
+            combine(out, stage(k, first), out=out, casting="unsafe")
+    elif op == "broadcast":
+        if rank != root:
+            np.copyto(out, stage(root))
+    elif op == "scatter":
+        np.copyto(out, stage(root, rank * count))
+    elif op == "all_gather":
+        for k in range(n):
+            np.copyto(out[k * count: (k + 1) * count], stage(k))
+    elif op == "all_to_all":
+        for k in range(n):
+            np.copyto(out[k * count: (k + 1) * count], stage(k, rank * count))
 
 
 _STAGED = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier")

@@ -10,6 +10,7 @@ import uuid
 import rt
 from rt.context import RUNTIME
 
+from . import hostpath
 from .algos import parse_hccl_algo
 from .types import HcclResult
 from rt.errors import HcclError
@@ -58,6 +59,14 @@ class Communicator:
         self.seq = 0
         self.destroyed = False
         self.lock = threading.Lock()
+        self._host = False             # HostPath once built (None: this communicator has none)
+        hostpath.joined(comm_id)
+
+    def host_path(self):
+        """Where this rank runs small collectives itself when its stream is idle (``hccl/hostpath.py``)."""
+        if self._host is False:
+            self._host = hostpath.HostPath.build(self)
+        return self._host
 
     @property
     def world_size(self) -> int:
@@ -217,6 +226,7 @@ def create_sub_comm(comm: Communicator, rank_ids, sub_comm_id: int, sub_rank: in
 def comm_destroy(comm: Communicator) -> None:
     _check_comm(comm, "comm_destroy")
     comm.destroyed = True
+    hostpath.left(comm.id)
     if not comm.ctx.destroyed and not comm.ctx.client.lost:
         comm.ctx.client.call("hccl_destroy", comm.id, comm.rank)
 

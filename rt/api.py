@@ -189,11 +189,14 @@ def malloc(size: int, policy: int = 0) -> int:
     ctx = RUNTIME.require_current("malloc")
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"malloc: size must be a positive int, got {size!r}")
-    return ctx.client.call("malloc", int(size), int(policy))
+    ptr = ctx.client.call("malloc", int(size), int(policy))
+    ctx.devmap.add(ptr, int(size))
+    return ptr
 
 
 def free(ptr: int) -> None:
     ctx = _ctx_for_ptr(ptr, "free")
+    ctx.devmap.remove(ptr)
     ctx.client.call("free", ptr)
 
 
@@ -536,6 +539,8 @@ def destroy_stream(stream: Stream) -> None:
 def synchronize_stream(stream=None) -> None:
     """Wait for all work on the stream; raises the first async failure of that work."""
     st = _stream(stream, "synchronize_stream")
+    if st.ctx.client.stream_done(st.id):        # the card already finished all of it, without errors
+        return
     st.ctx.client.call("stream_sync", st.id, pass_req=True)
 
 

@@ -33,6 +33,7 @@ from .stream import Event, Stream, Task
 
 CALL, TASK = 0, 1
 DEFERRED = object()
+STATE_PAGE = 4096          # bytes of shared stream state per connection: 16 bytes per stream
 
 
 class Connection:
@@ -49,6 +50,8 @@ class Connection:
         self.pending_fds: list[int] = []  # fds received ahead of the message that claims them
         self.default_stream: Stream | None = None
         self.callbacks: dict[int, threading.Event] = {}
+        self.state_page = None            # Segment with [host_done, errors] per shared stream (see c_stream_share)
+        self.state_slots = 0
         self.closed = False
 
     def __repr__(self) -> str:
@@ -122,6 +125,11 @@ class Card:
         conn.host_buffers.clear()
         for fd in conn.pending_fds:
             os.close(fd)
+        if conn.state_page is not None:
+            for s in mine:
+                s.state = None
+            conn.state_page.close()
+            conn.state_page = None
 
     def close(self) -> None:
         for conn in list(self.conns.values()):
@@ -156,9 +164,14 @@ class Card:
             return
         if result is DEFERRED:
             return
-        if isinstance(result, tuple) and len(result) == 2 and result[0] is _WITH_FDS:
+        if isinstance(result, tuple) and len(result) in (2, 3) and result[0] is _WITH_FDS:
             value, fds_out = result[1]
-            conn.send([req, True, value], fds_out)
+            try:
+                conn.send([req, True, value], fds_out)
+            finally:
+                if len(result) == 3 and result[2] == "close":    # fds obtained just for this reply
+                    for fd in fds_out:
+                        os.close(fd)
             return
         conn.send([req, True, result])
 
@@ -171,13 +184,13 @@ class Card:
                 raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"unknown card task {name!r}")
             fn = prep(conn, stream, *args)
         except NpuError as e:
-            stream.push_error(label, e)
+            stream.push_error(label, e, host=True)
             return
         except Exception as e:
             stream.push_error(label, AclError(E.ACL_ERROR_RT_PARAM_INVALID,
-                                              f"{name}: bad request: {type(e).__name__}: {e}"))
+                                              f"{name}: bad request: {type(e).__name__}: {e}"), host=True)
             return
-        stream.push(Task(label, fn))
+        stream.push(Task(label, fn, host=True))
 
     def reply_later(self, conn: Connection, req: int, error: NpuError | None = None, value=None) -> None:
         if conn.closed:
@@ -309,6 +322,27 @@ class Card:
         s = self._stream(conn, sid)
         return int(StreamStatus.ACL_STREAM_STATUS_COMPLETE if s.idle() else StreamStatus.ACL_STREAM_STATUS_NOT_READY)
 
+    def c_stream_share(self, conn, sid):
+        """Publish stream ``sid``'s progress in a page the host maps: ``[slot, page size]`` plus the page's
+        fd (on the first request of the connection only), or None when the page is full."""
+        from .segment import Segment
+        s = self._stream(conn, sid)
+        first = conn.state_page is None
+        if first:
+            conn.state_page = Segment(STATE_PAGE, name="npusim-stream-state")
+            conn.state_page.array[:] = 0
+        if s.state is not None:
+            slot = s.state_slot
+        elif conn.state_slots >= STATE_PAGE // 16:
+            return None
+        else:
+            slot, conn.state_slots = conn.state_slots, conn.state_slots + 1
+            s.state_slot = slot
+            s.share_state(conn.state_page.array[slot * 16: slot * 16 + 16].view(np.int64))
+        if first:
+            return _WITH_FDS, ([slot, STATE_PAGE], [conn.state_page.fd])
+        return [slot, STATE_PAGE]
+
     def c_stream_sync(self, conn, sid, req):
         """Reply to request ``req`` when the stream reaches this point (with its async errors)."""
         s = self._stream(conn, sid)
@@ -396,6 +430,19 @@ class Card:
         seg, off = self.memory.locate(ptr, nbytes, what=what)
         return [seg, off, self.memory.segment(seg).size]
 
+    def c_locate_own(self, conn, ptr):
+        """Where this connection's live allocation ``ptr`` lives — ``[segment, offset, segment size]`` plus the
+        segment's fd — so the host can view it (``rt/hostview.py``); None for anything it does not own."""
+        try:
+            alloc = self.memory.allocation(ptr)
+        except AclError:
+            return None
+        if alloc.owner != conn.id or alloc.start != ptr:
+            return None
+        seg_id, off = self.memory.locate(ptr, alloc.size)
+        seg = self.memory.segment(seg_id)
+        return _WITH_FDS, ([seg_id, off, seg.size], [seg.fd])
+
     def c_export_segment(self, conn, seg_id):
         seg = self.memory.segment(seg_id)
         return _WITH_FDS, (seg.size, [seg.fd])
@@ -436,6 +483,21 @@ class Card:
         seg = self.hccl.ctrl[comm_id]
         return _WITH_FDS, (seg.size, [seg.fd])
 
+    def c_hccl_share(self, conn, comm_id, rank):
+        """The control block of ``comm_id`` for the rank's own process (``hccl/hostpath.py``): ``nbytes`` plus
+        its fd, from this card or fetched from the node's leader card; None if it cannot be shared."""
+        ep = self.hccl.endpoint(comm_id, rank)
+        if ep.hub is not None:
+            return None
+        if ep.leader_card == self.index:
+            seg = self.hccl.ctrl[comm_id]
+            return _WITH_FDS, (seg.size, [seg.fd])
+        fetch = getattr(self.peers, "ctrl_fd", None)
+        if fetch is None:
+            return None
+        size, fds = fetch(ep.leader_card, comm_id, ep.ctrl.raw.size)
+        return _WITH_FDS, (size, fds), "close"
+
     def c_hccl_destroy(self, conn, comm_id, rank):
         self.hccl.destroy(comm_id, rank)
 
@@ -447,6 +509,15 @@ class Card:
             seg, off = self.memory.locate(ptr, nbytes, what=f"{op} {name} buffer")
             views[name] = (seg, off, nbytes)
         return lambda: ep.collective(seq, op, params, views)
+
+    def t_hccl_finish(self, conn, stream, comm_id, rank, seq, op, params, buffers, target):
+        """The rest of a small collective the host started (staged its input, arrived) and handed over."""
+        ep = self.hccl.endpoint(comm_id, rank)
+        views = {}
+        for name, (ptr, nbytes) in buffers.items():
+            seg, off = self.memory.locate(ptr, nbytes, what=f"{op} {name} buffer")
+            views[name] = (seg, off, nbytes)
+        return lambda: ep.staged_finish(seq, op, params, views, target)
 
     def t_hccl_p2p(self, conn, stream, comm_id, rank, items):
         """send/recv/batch_send_recv: items are [kind, peer, ptr, count, dtype, nbytes]."""

@@ -41,6 +41,10 @@ class CardClient:
         self._lock = threading.Lock()
         self.handlers: dict[str, Callable] = {}   # notification kind -> fn(payload)
         self.lost = False
+        self._submitted: dict[int, int] = {}      # stream id -> tasks submitted to it
+        self._order: dict[int, threading.RLock] = {}   # stream id -> held while a task is being placed
+        self._state = None                        # int64 view of the card's shared stream-state page
+        self._slots: dict[int, int | None] = {}   # stream id -> slot in that page (None: not shared)
         self.transport = connect(self._on_message, self._on_close)
         self.info = self.call("hello", os.getpid(), "host")
 
@@ -83,7 +87,57 @@ class CardClient:
 
     def submit(self, stream_id: int, name: str, *args) -> None:
         """Enqueue a task on a card stream; returns at once (errors surface at the next synchronize)."""
-        self._send([TASK, stream_id, name, list(args)])
+        with self.stream_order(stream_id):
+            self._submitted[stream_id] = self._submitted.get(stream_id, 0) + 1
+            try:
+                self._send([TASK, stream_id, name, list(args)])
+            except BaseException:
+                self._submitted[stream_id] -= 1
+                raise
+
+    # -- stream progress without a round trip -------------------------------------------------
+    def stream_order(self, stream_id: int):
+        """The lock that orders placing work on ``stream_id`` from several host threads: held by
+        ``submit`` and by host fast paths that do a stream's work in this process."""
+        lock = self._order.get(stream_id)
+        if lock is None:
+            with self._lock:
+                lock = self._order.setdefault(stream_id, threading.RLock())
+        return lock
+
+    def stream_done(self, stream_id: int) -> bool:
+        """True if the card finished every task this client submitted to the stream and holds no error
+        for it — read from the stream-state page the card shares (one call per stream, the first time)."""
+        slot = self._slots.get(stream_id, -1)
+        if slot == -1:
+            slot = self._share(stream_id)
+        if slot is None or self.lost:
+            return False
+        words = self._state[2 * slot: 2 * slot + 2]
+        return int(words[0]) == self._submitted.get(stream_id, 0) and int(words[1]) == 0
+
+    def _share(self, stream_id: int) -> int | None:
+        with self._lock:
+            if stream_id in self._slots:
+                return self._slots[stream_id]
+        try:
+            reply, fds = self.call("stream_share", stream_id, want_fds=True)
+        except AclError:
+            reply, fds = None, ()
+        try:
+            if reply is not None and self._state is None:
+                import mmap
+                import numpy as np
+                if not fds:
+                    reply = None
+                else:
+                    self._state = np.frombuffer(mmap.mmap(fds[0], reply[1], flags=mmap.MAP_SHARED), np.int64)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        slot = None if reply is None else reply[0]
+        self._slots[stream_id] = slot
+        return slot
 
     def call(self, name: str, *args, fds=(), timeout: float | None = None, pass_req: bool = False,
              timeout_error: Callable[[], AclError] | None = None, want_fds: bool = False):

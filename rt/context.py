@@ -16,6 +16,7 @@ from .client import CardClient
 from .config import Config, load_config
 from .constants import AclErrorCode as E
 from .errors import AclError
+from .hostview import DeviceMap
 
 
 class Context:
@@ -32,6 +33,7 @@ class Context:
         self.callbacks: dict[int, tuple] = {}
         self.notify: dict[int, object] = {}    # token -> closure run when the card reaches it
         self.lock = threading.Lock()
+        self.devmap = DeviceMap(client)        # our allocations, viewable from this process
 
     @property
     def name(self) -> str:

@@ -82,6 +82,10 @@ class SocketPeers:
         """Map the HCCL control block of ``comm_id`` held by card ``index`` (created there on demand)."""
         return self._map(self.client(index).call("hccl_ctrl", comm_id, nbytes, want_fds=True))
 
+    def ctrl_fd(self, index: int, comm_id: str, nbytes: int) -> tuple[int, list[int]]:
+        """``(size, [fd])`` of that control block, the fd ours to pass on and close."""
+        return self.client(index).call("hccl_ctrl", comm_id, nbytes, want_fds=True)
+
     @staticmethod
     def _map(reply) -> np.ndarray:
         size, fds = reply

@@ -21,11 +21,12 @@ POLL = 0.5  # seconds between liveness checks of blocking waits inside the card
 
 
 class Task:
-    __slots__ = ("label", "fn")
+    __slots__ = ("label", "fn", "host")
 
-    def __init__(self, label: str, fn: Callable[[], None]):
+    def __init__(self, label: str, fn: Callable[[], None], host: bool = False):
         self.label = label
         self.fn = fn
+        self.host = host        # enqueued by a host TASK message (counted in the shared stream state)
 
 
 class Stream:
@@ -39,6 +40,9 @@ class Stream:
         self.completed = 0                  # tasks finished (ok or failed)
         self.errors: list[NpuError] = []
         self.closed = False
+        self.host_done = 0                  # host-enqueued tasks finished
+        self.state = None                   # [host_done, pending errors] in memory the host maps (or None)
+        self.state_slot = -1
         self._tasks: collections.deque[Task] = collections.deque()
         self._cv = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=f"npu-stream-{sid}", daemon=True)
@@ -56,11 +60,19 @@ class Stream:
             self._cv.notify()
             return self.enqueued
 
-    def push_error(self, label: str, exc: NpuError) -> None:
+    def push_error(self, label: str, exc: NpuError, host: bool = False) -> None:
         """A task that failed validation at enqueue: report it in stream order, at the next sync."""
         def fail():
             raise exc
-        self.push(Task(label, fail))
+        self.push(Task(label, fail, host))
+
+    def share_state(self, words) -> None:
+        """Publish ``[host tasks finished, errors pending]`` into ``words`` (int64 ×2 the host maps), so the
+        host can tell that this stream finished everything it enqueued without asking."""
+        with self._cv:
+            self.state = words
+            words[1] = len(self.errors)
+            words[0] = self.host_done
 
     def busy_until(self, seq: int) -> Callable[[], bool]:
         """A predicate that is True while task ``seq`` has not completed (used for deferred frees)."""
@@ -72,6 +84,8 @@ class Stream:
     def take_errors(self) -> NpuError | None:
         with self._cv:
             errs, self.errors = self.errors, []
+            if self.state is not None:
+                self.state[1] = 0
         if not errs:
             return None
         first = errs[0]
@@ -119,6 +133,11 @@ class Stream:
                                             f"task {task.label} on stream {self.id} of {self.where} failed: {tb}"))
             with self._cv:
                 self.completed += 1
+                if task.host:
+                    self.host_done += 1
+                    if self.state is not None:      # errors first: the host reads done, then errors
+                        self.state[1] = len(self.errors)
+                        self.state[0] = self.host_done
                 self._cv.notify_all()
 
     def _record(self, task: Task, exc: NpuError) -> None:

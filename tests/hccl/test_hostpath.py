@@ -1,0 +1,151 @@
+"""Small collectives run in the rank's own process (hccl/hostpath.py), against numpy, on real card actors.
+
+Four card actors are started once for the module (as ``launch`` does); each test runs four rank
+processes of ``tests/scripts/hostpath_rank.py`` that see one card each. Also unit tests, without Ray,
+of the pieces: the host's view of its own device memory and the shared stream progress.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import uuid
+
+import numpy as np
+import pytest
+
+import hccl
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "tests" / "scripts" / "hostpath_rank.py"
+N = 4
+E_PARA = int(hccl.HcclResult.HCCL_E_PARA)
+
+
+@pytest.fixture(scope="module")
+def cards(ray_session):
+    import ray
+
+    from rt import session
+    from rt.config import load_config
+    job = "hpath" + uuid.uuid4().hex[:8]
+    sockets = os.path.join(session.socket_root(), job)
+    handles = session.create_cards(job, 0, ray.get_runtime_context().get_node_id(), load_config(None), count=N,
+                                   socket_dir=sockets)
+    yield sockets
+    session.destroy_cards(handles)
+
+
+def _ranks(sockets, scenario, **env_extra):
+    """Run the scenario on N rank processes; their JSON reports in rank order."""
+    root = hccl.get_root_info().to_bytes().hex()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HCCL_", "NPUSIM_", "ASCEND_RT_", "RAY_ADDRESS"))}
+    env.update(HCCL_EXEC_TIMEOUT="60", NPUSIM_CARD_DIR=sockets, NPUSIM_NODE="0",
+               PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]), **env_extra)
+    procs = [subprocess.Popen([sys.executable, str(SCRIPT), scenario, str(r), str(N), root], text=True,
+                              env=dict(env, ASCEND_RT_VISIBLE_DEVICES=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(N)]
+    reports = []
+    try:
+        for r, p in enumerate(procs):
+            out, err = p.communicate(timeout=100)
+            assert p.returncode == 0, f"rank {r} exited {p.returncode}: {err[-3000:]}"
+            reports.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(30)
+    return reports
+
+
+@pytest.mark.ray
+def test_every_small_collective_on_the_host_path_equals_numpy(cards):
+    reports = _ranks(cards, "all")
+    for r, rep in enumerate(reports):
+        assert rep["bad"] == [], (r, rep["bad"])
+        assert rep["host"]["done"] > 0, rep        # it really ran here (hand-overs are allowed: 2 cores)
+
+
+@pytest.mark.ray
+def test_ranks_on_the_host_and_on_their_cards_interoperate(cards):
+    reports = _ranks(cards, "mixed")
+    for r, rep in enumerate(reports):
+        assert rep["bad"] == [], (r, rep["bad"])
+    assert all(rep["host"]["done"] == 0 for rep in reports[1::2])     # busy streams: the card did it
+    assert sum(rep["host"]["done"] for rep in reports[0::2]) > 0
+
+
+@pytest.mark.ray
+def test_late_peer_hands_the_wait_over_to_the_card(cards):
+    reports = _ranks(cards, "late", NPUSIM_HCCL_HOST_WAIT_MS="5")
+    for r, rep in enumerate(reports):
+        assert rep["bad"] == [], (r, rep["bad"])
+    assert sum(rep["host"]["handed"] for rep in reports[1:]) >= 3, reports
+
+
+@pytest.mark.ray
+def test_a_collective_never_blocks_what_the_rank_enqueues_after_it(cards):
+    """Rank 1 first needs rank 0's send, which rank 0 enqueues after its all_reduce (as on CANN, where
+    enqueueing never blocks). With HCCL_EXEC_TIMEOUT=60 a deadlock would fail the test as an error."""
+    reports = _ranks(cards, "hazard")
+    for r, rep in enumerate(reports):
+        assert rep["bad"] == [] and rep["errors"] == [], (r, rep)
+
+
+@pytest.mark.ray
+def test_mismatched_calls_fail_on_every_rank_and_the_comm_recovers(cards):
+    reports = _ranks(cards, "mismatch")
+    for r, rep in enumerate(reports):
+        assert rep["bad"] == [], (r, rep["bad"])
+        assert len(rep["errors"]) == 1, (r, rep)
+        code, message = rep["errors"][0]
+        assert code == E_PARA and "different collectives" in message and "count=64" in message, message
+
+
+# ---------------------------------------------------------------------- the pieces, without Ray
+def test_device_map_views_only_live_own_allocations(dev0):
+    rt = dev0
+    ctx = rt.get_context()
+    a = np.arange(100, dtype=np.int32)
+    ptr = rt.malloc(a.nbytes)
+    rt.memcpy(ptr, a.nbytes, a, a.nbytes, rt.ACL_MEMCPY_HOST_TO_DEVICE)
+    view = ctx.devmap.view(ptr + 8, 40)
+    assert np.array_equal(view.view(np.int32), a[2:12])
+    view.view(np.int32)[:] = -1                               # writes land in card memory
+    back = np.empty_like(a)
+    rt.memcpy(back, back.nbytes, ptr, a.nbytes, rt.ACL_MEMCPY_DEVICE_TO_HOST)
+    assert np.array_equal(back[2:12], np.full(10, -1)) and np.array_equal(back[12:], a[12:])
+    assert ctx.devmap.view(ptr, a.nbytes + 1) is None        # past the end
+    assert ctx.devmap.view(ptr - 512, 16) is None             # before it
+    rt.free(ptr)
+    assert ctx.devmap.view(ptr, 4) is None                    # freed
+
+
+def test_stream_progress_is_shared_without_a_round_trip(dev0):
+    rt = dev0
+    client = rt.get_context().client
+    st = rt.create_stream()
+    assert client.stream_done(st.id)
+    rt.sleep_kernel(0.3, st)
+    assert not client.stream_done(st.id)
+    rt.synchronize_stream(st)
+    assert client.stream_done(st.id)
+    rt.launch_kernel("Relu", [rt.Tensor(rt.malloc(16), (4,), np.float32, owns=True)],
+                     [rt.Tensor(rt.malloc(16), (8,), np.float32, owns=True)], stream=st)   # shape error
+    with pytest.raises(rt.AclError):
+        rt.synchronize_stream(st)          # an error pending is never skipped by the fast check
+    assert client.stream_done(st.id)
+    rt.destroy_stream(st)
+
+
+def test_comm_init_all_has_no_host_path(rt_local):
+    comms = hccl.comm_init_all([0, 1])
+    try:
+        assert all(c.host_path() is None for c in comms)
+    finally:
+        for c in comms:
+            hccl.comm_destroy(c)
