@@ -167,6 +167,7 @@ class Endpoint:
         leader = min(r for r, m in enumerate(self.members) if m[0] == here)
         root_node, root_card = self.members[leader][0], self.members[leader][1]
         self.leader_card = root_card
+        self.local = [r for r, m in enumerate(self.members) if m[0] == here]     # ranks of this node
         size = ControlBlock.nbytes(self.n)
         self.hub = None
         if self.nodes > 1:
@@ -203,8 +204,8 @@ class Endpoint:
                                 f"{what}: rank {r} (card {int(slot[CARD])}, pid {pid}) died: its card process is gone")
 
     def _missing_report(self, seq: int, what: str) -> str:
-        arrived = [r for r in range(self.n) if self.ctrl.slots[r, ARRIVED] >= seq]
-        missing = [r for r in range(self.n) if r not in arrived]
+        arrived = [r for r in self.local if self.ctrl.slots[r, ARRIVED] >= seq]
+        missing = [r for r in self.local if r not in arrived]
         lines = [f"{what}: timed out after {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT) waiting for ranks {missing}; "
                  f"arrived: {arrived}"]
         for r in missing:
@@ -215,44 +216,48 @@ class Endpoint:
 
     # -- barriers --------------------------------------------------------------------------------------
     def barrier(self, what: str, seq: int) -> None:
+        """Wait for the ranks of this node (every rank, on one node) to reach the same point.
+
+        Across nodes no global barrier is needed between steps: the only data that crosses nodes is
+        deposited as Ray objects (copies) and fetched by the receiver, which waits for the deposit —
+        and each collective starts with a global arrival through the hub (``_hub_arrive``).
+        """
         slots = self.ctrl.slots
         target = int(slots[self.rank, PHASE]) + 1
         slots[self.rank, PHASE] = target
-        if self.hub is not None:
-            return self._hub_barrier(what, seq, target)
         self.ctrl.notify()
         self._wait_phase(what, seq, target)
 
     def _wait_phase(self, what: str, seq: int, target: int) -> None:
-        """Wait until every rank reached barrier phase ``target`` (bounded by HCCL_EXEC_TIMEOUT)."""
-        phases = self.ctrl.slots[:, PHASE]
+        """Wait until every rank of this node reached barrier phase ``target`` (bounded by HCCL_EXEC_TIMEOUT)."""
+        local, phases = self.local, self.ctrl.slots[:, PHASE]
+        if len(local) == self.n:
+            arrived = lambda: phases.min() >= target                 # noqa: E731
+        else:
+            arrived = lambda: phases[local].min() >= target          # noqa: E731
         try:
-            _wait(lambda: phases.min() >= target, timeout=self.exec_timeout,
-                  check=lambda: self._check_peers([r for r in range(self.n) if phases[r] < target], what),
+            _wait(arrived, timeout=self.exec_timeout,
+                  check=lambda: self._check_peers([r for r in local if phases[r] < target], what),
                   sleeper=self._sleeper)
         except WaitAbort:
             raise HcclError(HcclResult.HCCL_E_TIMEOUT, self._missing_report(seq, what)) from None
 
-    def _hub_barrier(self, what: str, seq: int, target: int) -> None:
+    def _hub_arrive(self, what: str, seq: int, fp: str) -> list[str]:
+        """Every rank (all nodes) has called collective ``seq``: what each one called."""
         import ray
         from ray.exceptions import GetTimeoutError, RayActorError
+        done = int(self.ctrl.slots[self.rank, DONE])
         try:
-            ray.get(self.hub.barrier.remote(self.rank, target), timeout=self.exec_timeout)
+            return ray.get(self.hub.arrive.remote(self.rank, seq, fp, done), timeout=self.exec_timeout)
         except GetTimeoutError:
-            missing = ray.get(self.hub.missing.remote(target), timeout=30)
-            done = ray.get(self.hub.last_done.remote(), timeout=30)
+            missing = ray.get(self.hub.missing.remote(seq), timeout=30)
+            last = ray.get(self.hub.last_done.remote(), timeout=30)
             raise HcclError(HcclResult.HCCL_E_TIMEOUT,
                             f"{what}: timed out after {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT) waiting for ranks "
-                            f"{missing}; " + "; ".join(f"rank {r}: last completed collective #{done[r]}"
+                            f"{missing}; " + "; ".join(f"rank {r}: last completed collective #{last[r]}"
                                                        for r in missing)) from None
         except RayActorError as e:
             raise HcclError(HcclResult.HCCL_E_REMOTE, f"{what}: the communicator's hub died: {e}") from None
-
-    def _fingerprints(self, seq: int, fp: str) -> list[str]:
-        if self.hub is None:
-            return [self.ctrl.fingerprint(r, seq) for r in range(self.n)]
-        import ray
-        return ray.get(self.hub.fingerprints.remote(seq), timeout=60)
 
     def _remote_step(self, step_index: int, seq: int, step, arrays) -> dict:
         """Inter-node transfers of one step: put what remote ranks pull from us, fetch what we pull."""
@@ -296,9 +301,10 @@ class Endpoint:
                 ctrl.pairs[peer, self.rank, V_RCOUNT] = p["recv_counts"][peer]
         me[ARRIVED] = seq
         if self.hub is not None:
-            self.hub.publish.remote(self.rank, seq, fp, int(me[DONE]))
-        self.barrier(what, seq)                    # everyone has published seq
-        fps = self._fingerprints(seq, fp)
+            fps = self._hub_arrive(what, seq, fp)
+        else:
+            self.barrier(what, seq)                # everyone has published seq
+            fps = [ctrl.fingerprint(r, seq) for r in range(self.n)]
         problem = None
         if len(set(fps)) > 1:
             problem = f"ranks called different collectives: {_group(fps)}"

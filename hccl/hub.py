@@ -18,35 +18,34 @@ import ray
 class HcclHub:
     def __init__(self, nranks: int):
         self.n = nranks
-        self.phase = [0] * nranks
         self.waiters: dict[int, asyncio.Event] = {}
         self.fps: dict[int, dict[int, str]] = {}
         self.done = [0] * nranks
         self.slots: dict[tuple, list] = {}
         self.slot_events: dict[tuple, asyncio.Event] = {}
 
-    async def barrier(self, rank: int, phase: int) -> None:
-        """Return once every rank has reached ``phase``."""
-        self.phase[rank] = max(self.phase[rank], phase)
-        if min(self.phase) >= phase:
-            for p in [p for p in self.waiters if p <= phase]:
-                self.waiters.pop(p).set()
-            return
-        ev = self.waiters.setdefault(phase, asyncio.Event())
-        await ev.wait()
+    def missing(self, seq: int) -> list[int]:
+        """Ranks that have not arrived at collective ``seq``."""
+        got = self.fps.get(seq, {})
+        return [r for r in range(self.n) if r not in got]
 
-    def missing(self, phase: int) -> list[int]:
-        return [r for r in range(self.n) if self.phase[r] < phase]
+    async def arrive(self, rank: int, seq: int, fingerprint: str, done: int) -> list[str]:
+        """Rank ``rank`` called collective ``seq``; returns once every rank has: what each one called."""
+        self.publish(rank, seq, fingerprint, done)
+        got = self.fps[seq]
+        if len(got) == self.n:
+            ev = self.waiters.pop(seq, None)
+            if ev is not None:
+                ev.set()
+        else:
+            await self.waiters.setdefault(seq, asyncio.Event()).wait()
+        return [got.get(r, "<nothing>") for r in range(self.n)]
 
     def publish(self, rank: int, seq: int, fingerprint: str, done: int) -> None:
         self.fps.setdefault(seq, {})[rank] = fingerprint
         self.done[rank] = done
         for old in [s for s in self.fps if s < seq - 4]:
             del self.fps[old]
-
-    def fingerprints(self, seq: int) -> list[str]:
-        got = self.fps.get(seq, {})
-        return [got.get(r, "<nothing>") for r in range(self.n)]
 
     def last_done(self) -> list[int]:
         return list(self.done)
