@@ -29,6 +29,7 @@ SLOT_WORDS = 64                # 512 bytes: words + fingerprint text
 FP_OFF = 24 * 8
 FP_MAX = (SLOT_WORDS * 8 - FP_OFF) // 2        # two fingerprints per slot, by sequence parity
 STAGE_BYTES = 64 << 10                         # per rank and parity: small collectives go through here
+HUB_STAGE_BYTES = 1 << 20                      # across nodes: all inputs of a small collective, through the hub
 # pair mailbox layout (int64 words)
 P_SEND, P_RECV_DONE, P_SEG, P_OFF, P_SIZE, P_COUNT, P_DTYPE, V_SCOUNT, V_SDISPL, V_RCOUNT = range(10)
 PAIR_WORDS = 10
@@ -250,14 +251,17 @@ class Endpoint:
         try:
             return ray.get(self.hub.arrive.remote(self.rank, seq, fp, done), timeout=self.exec_timeout)
         except GetTimeoutError:
-            missing = ray.get(self.hub.missing.remote(seq), timeout=30)
-            last = ray.get(self.hub.last_done.remote(), timeout=30)
-            raise HcclError(HcclResult.HCCL_E_TIMEOUT,
-                            f"{what}: timed out after {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT) waiting for ranks "
-                            f"{missing}; " + "; ".join(f"rank {r}: last completed collective #{last[r]}"
-                                                       for r in missing)) from None
+            raise self._hub_timeout(what, seq) from None
         except RayActorError as e:
             raise HcclError(HcclResult.HCCL_E_REMOTE, f"{what}: the communicator's hub died: {e}") from None
+
+    def _hub_timeout(self, what: str, seq: int) -> HcclError:
+        import ray
+        missing = ray.get(self.hub.missing.remote(seq), timeout=30)
+        last = ray.get(self.hub.last_done.remote(), timeout=30)
+        return HcclError(HcclResult.HCCL_E_TIMEOUT,
+                         f"{what}: timed out after {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT) waiting for ranks "
+                         f"{missing}; " + "; ".join(f"rank {r}: last completed collective #{last[r]}" for r in missing))
 
     def _remote_step(self, step_index: int, seq: int, step, arrays) -> dict:
         """Inter-node transfers of one step: put what remote ranks pull from us, fetch what we pull."""
@@ -281,9 +285,12 @@ class Endpoint:
         what = f"{op} #{seq} on comm '{self.comm_id}' (rank {self.rank})"
         ctrl, me = self.ctrl, self.ctrl.slots[self.rank]
         dtype = np_dtype(p["dtype"])
-        if (self.hub is None and not p.get("algo") and op in _STAGED
-                and _staged_bytes(op, p, self.n, dtype) <= STAGE_BYTES):
-            return self._staged(seq, op, p, views, dtype, what)
+        if not p.get("algo") and op in _STAGED:
+            staged = _staged_bytes(op, p, self.n, dtype)
+            if self.hub is None and staged <= STAGE_BYTES:
+                return self._staged(seq, op, p, views, dtype, what)
+            if self.hub is not None and staged * self.n <= HUB_STAGE_BYTES:
+                return self._hub_staged(seq, op, p, views, what)
         sched = None
         if op != "all_to_all_v":
             sched = self.service.schedule(op, self.n, p, self.nodes)
@@ -378,6 +385,31 @@ class Endpoint:
         recv = views.get("recv")
         stage_out(ctrl, self.rank, seq, op, p, self._view(recv) if recv is not None and recv[2] else None)
         me[DONE] = seq
+
+    def _hub_staged(self, seq: int, op: str, p: dict, views: dict, what: str) -> None:
+        """A small collective across nodes in one hub call: every rank sends its input along with its
+        arrival and gets every rank's back, then computes its own result (as ``_staged`` does)."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+        source = stage_source(op, p, self.rank)
+        view = views.get(source) if source else None
+        data = self._view(view).tobytes() if view is not None and view[2] else b""
+        me = self.ctrl.slots[self.rank]
+        me[ARRIVED] = seq
+        try:
+            fps, inputs = ray.get(self.hub.exchange.remote(self.rank, seq, p["fingerprint"], int(me[DONE]), data),
+                                  timeout=self.exec_timeout)
+        except GetTimeoutError:
+            raise self._hub_timeout(what, seq) from None
+        except RayActorError as e:
+            raise HcclError(HcclResult.HCCL_E_REMOTE, f"{what}: the communicator's hub died: {e}") from None
+        me[DONE] = seq
+        if len(set(fps)) > 1:
+            raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{self.comm_id}': ranks called "
+                                                    f"different collectives: {_group(fps)}")
+        recv = views.get("recv")
+        combine_stages(lambda k: np.frombuffer(inputs[k], np.uint8), self.n, self.rank, op, p,
+                       self._view(recv) if recv is not None and recv[2] else None)
 
     def _view(self, view) -> np.ndarray:
         seg, off, nbytes = view
@@ -518,15 +550,22 @@ def stage_agrees(ctrl: ControlBlock, seq: int) -> bool:
 
 def stage_out(ctrl: ControlBlock, rank: int, seq: int, op: str, p: dict, recv: np.ndarray | None) -> None:
     """This rank's result of small collective ``seq`` from every rank's stage, into ``recv`` (uint8)."""
+    parity = seq % 2
+    combine_stages(lambda k: ctrl.stage(k, parity), ctrl.n, rank, op, p, recv)
+
+
+def combine_stages(stage_of, n: int, rank: int, op: str, p: dict, recv: np.ndarray | None) -> None:
+    """This rank's result of a small collective into ``recv`` (uint8), from ``stage_of(k)``: the bytes
+    rank k staged (its input; empty for ranks that contribute nothing)."""
     if op == "barrier" or recv is None:
         return
-    n, parity, count, root = ctrl.n, seq % 2, p["count"], p.get("root")
+    count, root = p["count"], p.get("root")
     dtype = np_dtype(p["dtype"])
     itemsize = dtype.itemsize
     out = recv.view(dtype)
 
     def stage(k, first=0, items=count):
-        return ctrl.stage(k, parity)[first * itemsize: (first + items) * itemsize].view(dtype)
+        return stage_of(k)[first * itemsize: (first + items) * itemsize].view(dtype)
     if op in ("all_reduce", "reduce", "reduce_scatter"):
         first = rank * count if op == "reduce_scatter" else 0
         combine = reduce_ufunc(p.get("op", 0))

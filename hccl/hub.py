@@ -20,6 +20,7 @@ class HcclHub:
         self.n = nranks
         self.waiters: dict[int, asyncio.Event] = {}
         self.fps: dict[int, dict[int, str]] = {}
+        self.inputs: dict[int, dict[int, bytes]] = {}      # small collectives: seq -> rank -> input
         self.done = [0] * nranks
         self.slots: dict[tuple, list] = {}
         self.slot_events: dict[tuple, asyncio.Event] = {}
@@ -41,11 +42,20 @@ class HcclHub:
             await self.waiters.setdefault(seq, asyncio.Event()).wait()
         return [got.get(r, "<nothing>") for r in range(self.n)]
 
+    async def exchange(self, rank: int, seq: int, fingerprint: str, done: int, data: bytes) -> tuple[list, list]:
+        """``arrive`` for a small collective, carrying the rank's input: returns every rank's fingerprint
+        and input."""
+        self.inputs.setdefault(seq, {})[rank] = data
+        fps = await self.arrive(rank, seq, fingerprint, done)
+        got = self.inputs[seq]
+        return fps, [got.get(r, b"") for r in range(self.n)]
+
     def publish(self, rank: int, seq: int, fingerprint: str, done: int) -> None:
         self.fps.setdefault(seq, {})[rank] = fingerprint
         self.done[rank] = done
         for old in [s for s in self.fps if s < seq - 4]:
             del self.fps[old]
+            self.inputs.pop(old, None)
 
     def last_done(self) -> list[int]:
         return list(self.done)

@@ -10,8 +10,9 @@ import sys
 import pytest
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "collectives_check.py")
-COLLECTIVES = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier",
-               "dtype-op sweep"]
+COLLECTIVES = [f"{name} {tag}" for tag in ("small", "large")      # one hub exchange / hierarchical schedules
+               for name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "scatter",
+                            "all_to_all", "barrier")] + ["dtype-op sweep"]
 
 
 @pytest.fixture(scope="module")

@@ -22,12 +22,21 @@ def main() -> None:
     info = rt.get_device_info(rt.get_device())
     print(f"rank {r} node {os.environ['NPUSIM_NODE']} card {info.physical_id} algo_nodes "
           f"{len({m[0] for m in comm.members})}", flush=True)
-    count = 1003
+    stream = rt.create_stream()
+    # 1003 elements: small enough to go through the hub in one exchange when the communicator spans
+    # nodes; 20011: through the schedules (hierarchical across nodes), every step checked the same way.
+    for count, tag in ((1003, "small"), (20011, "large")):
+        collectives(comm, stream, r, n, count, tag)
+    sweep(comm, stream, r, n)
+    hccl.comm_destroy(comm)
+
+
+def collectives(comm, stream, r: int, n: int, count: int, tag: str) -> None:
+    """Every collective once with ``count`` elements per block, against numpy."""
     i64 = hccl.HCCL_DATA_TYPE_INT64
     everyone = [data(k, count * n) for k in range(n)]
     mine = rt.Tensor.from_numpy(everyone[r])
     out = rt.empty(count * n, np.int64)
-    stream = rt.create_stream()
 
     def run(name, expect, got_tensor, launch):
         launch()
@@ -35,7 +44,7 @@ def main() -> None:
         got = got_tensor.numpy()
         if not np.array_equal(got, expect):
             raise SystemExit(f"rank {r}: {name} wrong: {got[:5]} vs {expect[:5]}")
-        print(f"rank {r} OK {name}", flush=True)
+        print(f"rank {r} OK {name} {tag}", flush=True)
 
     total = np.sum(everyone, axis=0)
     run("all_reduce", total, out,
@@ -59,9 +68,7 @@ def main() -> None:
         lambda: hccl.all_to_all(mine.ptr, count, i64, a2a.ptr, count, i64, comm, stream))
     hccl.barrier(comm, stream)
     rt.synchronize_stream(stream)
-    print(f"rank {r} OK barrier", flush=True)
-    sweep(comm, stream, r, n)
-    hccl.comm_destroy(comm)
+    print(f"rank {r} OK barrier {tag}", flush=True)
 
 
 def sweep(comm, stream, r: int, n: int) -> None:
