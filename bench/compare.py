@@ -300,7 +300,7 @@ def main(argv=None) -> int:
     p.add_argument("-n", "--iters", type=int, default=20)
     p.add_argument("-w", "--warmup", type=int, default=5)
     p.add_argument("--big", default="16M", help="size of the broadcast and all_gather rows (default 16M)")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, help="bandwidth rounds (0: start-up comparison only)")
     p.add_argument("--startup-rounds", type=int, default=3)
     p.add_argument("--peers", default="gloo,mpi")
     p.add_argument("--collectives", default="all_reduce,broadcast,all_gather")
@@ -345,10 +345,11 @@ def main(argv=None) -> int:
         for rnd in range(ns.startup_rounds):
             for peer in ["ours", *peers]:
                 s = startup(peer, ns, log)
+                loads.append(os.getloadavg())
                 if s is not None:
                     starts[peer].append(s)
-                print(f"# start-up round {rnd + 1} {peer:<5s} " + (f"{s:.2f} s" if s is not None else "FAILED"),
-                      flush=True)
+                print(f"# start-up round {rnd + 1} {peer:<5s} " + (f"{s:.2f} s" if s is not None else "FAILED")
+                      + f"  load {loads[-1][0]:.1f}", flush=True)
         nodes = two_nodes(ns, log) if ns.two_nodes else None
         if ns.two_nodes:
             print("# two nodes: " + (json.dumps(nodes) if nodes else "FAILED (see log)"), flush=True)

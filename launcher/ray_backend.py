@@ -3,15 +3,18 @@
 The session is reused when the caller already has one (e.g. a session-scoped test fixture calling
 ``spawn``), joined with ``--address``, or else embedded (started here on 127.0.0.1 and stopped at the
 end). Node n of the job is a Ray node offering at least ``nproc`` ``NPU``; node 0 is the launcher's
-own node when it has cards. On each node a ``NodeAgent`` actor, pinned there with
-NodeAffinitySchedulingStrategy, runs the ranks; the card actors are created per attempt (a restart
-gets fresh cards) through ``rt.session``. Ray is imported only when this backend is used.
+own node when it has cards. A ``NodeAgent`` runs the ranks of each node: on the launcher's own node
+it runs inside this process (no Ray worker to boot first, so the ranks start as soon as the cards
+are requested); on every other node it is a Ray actor pinned there with
+NodeAffinitySchedulingStrategy. The card actors are created per attempt (a restart gets fresh
+cards) through ``rt.session``. Ray is imported only when this backend is used.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 
 from rt.constants import AclErrorCode
 from rt.errors import AclError
@@ -38,7 +41,7 @@ def place_nodes(nodes: list[dict], nnodes: int, nproc: int, local_node_id: str |
 
 
 class RayBackend:
-    """Node agents as Ray actors and real card actors; same interface as ``agent.LocalBackend``."""
+    """Node agents and real card actors; same interface as ``agent.LocalBackend``."""
 
     def __init__(self, rc):
         if rc.nnodes > 1 and not rc.address and not _ray_initialized():
@@ -48,13 +51,14 @@ class RayBackend:
                 f"cluster whose nodes offer NPU (`ray start --head --resources='{{\"NPU\": {rc.nproc}}}'` and "
                 f"`ray start --address=<head> ...` on the others) and pass --address")
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         from rt import session
 
         self._ray, self._session, self._rc = ray, session, rc
-        self.agents: list = []
+        self.agents: list = []    # per node: a NodeAgent here (the launcher's node) or a Ray actor handle
+        self._local: set = set()  # indices of the nodes whose agent runs in this process
+        self._news = threading.Event()  # set by the in-process agents when they have news for poll()
         self._cards: list = []
-        self._pending: dict = {}  # agent index -> outstanding poll ref
+        self._pending: dict = {}  # remote agent index -> outstanding poll ref
         self._connected_here = self._started_here = False
         self._agents_ready: list = []
         if ray.is_initialized():
@@ -69,21 +73,39 @@ class RayBackend:
             context = ray.get_runtime_context()
             self.nodes = place_nodes(session.nodes_with_npus(), rc.nnodes, rc.nproc, context.get_node_id(), where)
             self.hosts = [n["ip"] for n in self.nodes]
-            self.job_env = {"NPUSIM_RAY_ADDRESS": context.gcs_address}
-            for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN"):  # a rank falling back to Ray needs the same auth
-                if key in os.environ:
-                    self.job_env[key] = os.environ[key]
-            agent_cls = ray.remote(NodeAgent)
-            for index, node in enumerate(self.nodes):
-                strategy = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
-                self.agents.append(agent_cls.options(
-                    num_cpus=0, max_concurrency=8, max_restarts=0, scheduling_strategy=strategy,
-                    namespace=session.NAMESPACE).remote(index))
-            # Agents boot while the first attempt's cards are created; start() waits for them.
-            self._agents_ready = [a.ping.remote() for a in self.agents]
+            self.job_env = {"NPUSIM_RAY_ADDRESS": context.gcs_address, **_auth_env()}
+            self._create_agents(context.get_node_id())
         except BaseException:
             self.close()
             raise
+
+    def _create_agents(self, local_node_id: str) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        agent_cls = self._ray.remote(NodeAgent)
+        for index, node in enumerate(self.nodes):
+            if node["node_id"] == local_node_id:
+                # Our own node: an agent actor would be one more Ray worker to boot (~0.5 s CPU on a
+                # 2-core laptop, competing with the cards) before the first rank could start.
+                self.agents.append(NodeAgent(index, notify=self._news.set))
+                self._local.add(index)
+                continue
+            strategy = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
+            self.agents.append(agent_cls.options(
+                num_cpus=0, max_concurrency=8, max_restarts=0, scheduling_strategy=strategy,
+                namespace=self._session.NAMESPACE).remote(index))
+        # Remote agents boot while the first attempt's cards are created; start() waits for them.
+        self._agents_ready = [self.agents[i].ping.remote() for i in self._remote()]
+
+    def _remote(self) -> list[int]:
+        """Indices of the nodes whose agent is a Ray actor."""
+        return [i for i in range(len(self.agents)) if i not in self._local]
+
+    def _call(self, method: str, *args) -> list:
+        """Call method on every agent (Ray ones concurrently, in-process ones directly); results in node order."""
+        refs = {i: getattr(self.agents[i], method).remote(*args) for i in self._remote()}
+        local = {i: getattr(self.agents[i], method)(*args) for i in sorted(self._local)}
+        remote = dict(zip(refs, self._ray.get(list(refs.values())))) if refs else {}
+        return [local[i] if i in local else remote[i] for i in range(len(self.agents))]
 
     def _wait_agents(self) -> None:
         refs, self._agents_ready = self._agents_ready, []
@@ -91,7 +113,7 @@ class RayBackend:
             return
         ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=AGENT_START_TIMEOUT)
         if len(ready) < len(refs):
-            late = [self.hosts[i] for i, r in enumerate(refs) if r not in ready]
+            late = [self.hosts[i] for i, r in zip(self._remote(), refs) if r not in ready]
             raise AclError(AclErrorCode.ACL_ERROR_RT_DEV_SETUP_ERROR,
                            f"launch: node agents on {late} did not start within {AGENT_START_TIMEOUT:.0f} s")
         self._ray.get(refs)
@@ -110,23 +132,31 @@ class RayBackend:
         return [{**self.job_env, "NPUSIM_JOB": card_job, "NPUSIM_CARD_DIR": c.socket_dir} for c in fresh]
 
     def start(self, specs_per_node: list, attempt: int) -> None:
+        for index in sorted(self._local):   # at once: these ranks wait for their cards themselves
+            self.agents[index].start(specs_per_node[index], attempt)
         self._wait_agents()
-        refs = [a.start.remote(specs, attempt) for a, specs in zip(self.agents, specs_per_node)]
+        refs = [self.agents[i].start.remote(specs_per_node[i], attempt) for i in self._remote()]
         for cards in self._cards:
             self._session.wait_cards(cards)
         self._ray.get(refs)
 
     def poll(self, timeout: float) -> list[dict]:
-        """News from any node agent; keeps one long poll outstanding per agent."""
+        """News from any node agent; keeps one long poll outstanding per remote agent."""
+        wait = min(timeout, DRIVER_WAIT)
+        self._news.clear()
+        results = self._poll_local()
+        if not self._remote():
+            if not results and self._news.wait(wait):
+                results = self._poll_local()
+            return results
         ray = self._ray
-        for index, agent in enumerate(self.agents):
+        for index in self._remote():
             if index not in self._pending:
-                self._pending[index] = agent.poll.remote(AGENT_POLL)
+                self._pending[index] = self.agents[index].poll.remote(AGENT_POLL)
         refs = list(self._pending.values())
-        ready, _ = ray.wait(refs, num_returns=1, timeout=min(timeout, DRIVER_WAIT))
+        ready, _ = ray.wait(refs, num_returns=1, timeout=0 if results else wait)
         if ready:
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        results = []
         for index, ref in list(self._pending.items()):
             if ref not in ready:
                 continue
@@ -140,13 +170,15 @@ class RayBackend:
                 results.append(result)
         return results
 
+    def _poll_local(self) -> list[dict]:
+        return [r for r in (self.agents[i].poll(0) for i in sorted(self._local)) if r["lines"] or r["exits"]]
+
     def stop(self, grace: float) -> None:
         """SIGTERM every rank on every node, SIGKILL after grace seconds, wait for all to exit."""
-        ray = self._ray
-        ray.get([a.terminate.remote() for a in self.agents])
-        ray.get([a.wait_all.remote(grace) for a in self.agents])
-        ray.get([a.kill.remote() for a in self.agents])
-        done = ray.get([a.wait_all.remote(30.0) for a in self.agents])
+        self._call("terminate")
+        self._call("wait_all", grace)
+        self._call("kill")
+        done = self._call("wait_all", 30.0)
         if not all(done):
             raise AclError(AclErrorCode.ACL_ERROR_RT_FAILURE, "launch: ranks survived SIGKILL for 30 s")
 
@@ -161,17 +193,25 @@ class RayBackend:
         ray = self._ray
         try:
             self.release()
-            if self.agents:
-                ray.wait([a.shutdown.remote() for a in self.agents], num_returns=len(self.agents), timeout=30)
-            for a in self.agents:
+            remote = [self.agents[i] for i in self._remote()]
+            if remote:
+                ray.wait([a.shutdown.remote() for a in remote], num_returns=len(remote), timeout=30)
+            for index in sorted(self._local):
+                self.agents[index].shutdown()
+            for a in remote:
                 ray.kill(a, no_restart=True)
         finally:
-            self.agents, self._pending = [], {}
+            self.agents, self._pending, self._local = [], {}, set()
             if self._connected_here:
                 ray.shutdown()  # leaves the cluster running
             elif self._started_here:
                 self._session.stop_ray()
             # else: the caller's session (e.g. a test fixture) stays up for its next use
+
+
+def _auth_env() -> dict:
+    """RAY_AUTH_* of this process: a rank falling back to Ray needs the same authentication."""
+    return {key: os.environ[key] for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if key in os.environ}
 
 
 def _ray_initialized() -> bool:
