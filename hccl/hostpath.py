@@ -56,7 +56,6 @@ class HostPath:
         self.comm = comm
         self.ctrl = ctrl
         self.wait = float(os.environ.get("NPUSIM_HCCL_HOST_WAIT_MS", "20")) / 1000
-        self.spins = int(os.environ.get("NPUSIM_HCCL_HOST_SPIN", "100"))
         self.phases = ctrl.slots[:, PHASE]
         self.done = 0                   # collectives completed in this process
         self.handed = 0                 # started here, finished by the card
@@ -103,13 +102,16 @@ class HostPath:
             target = stage_in(ctrl, rank, seq, params["fingerprint"], views.get(source) if source else None)
             phases = self.phases
             try:
-                _wait(lambda: phases.min() >= target, timeout=self.wait, spins=self.spins,
+                _wait(lambda: phases.min() >= target, timeout=self.wait,
                       sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
             except WaitAbort:
                 return self._hand_over(client, stream, seq, op, params, buffers, target)
             if not stage_agrees(ctrl, seq):
                 return self._hand_over(client, stream, seq, op, params, buffers, target)
-            stage_out(ctrl, rank, seq, op, params, views.get("recv"))
+            try:
+                stage_out(ctrl, rank, seq, op, params, views.get("recv"))
+            except Exception:          # the card computes it again and reports what went wrong
+                return self._hand_over(client, stream, seq, op, params, buffers, target)
             ctrl.slots[rank, DONE] = seq
         self.done += 1
         return True
