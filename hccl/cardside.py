@@ -1,144 +1,30 @@
 """HCCL inside a card: communicator endpoints that execute collective schedules over peer memory.
 
-Each communicator has one *control block* per node: a shared-memory array with one slot per rank
-(phase counter for barriers, arrived/completed sequence numbers, the fingerprint of the call, where
-its buffers live) and one mailbox per ordered rank pair for send/recv. Rank 0's card creates it on
-first request; the other cards map it from a file descriptor. A collective on a card is a stream
-task that (1) publishes its fingerprint and buffers, (2) waits for every rank to arrive — checking
-fingerprints, peer liveness and ``HCCL_EXEC_TIMEOUT`` — and (3) runs its part of the schedule step
-by step, pulling from peer card memory with a barrier between steps.
+A collective on a card is a stream task that (1) publishes its fingerprint and buffers in the
+communicator's control block (``hccl/ctrlblock.py``), (2) waits for every rank to arrive — checking
+fingerprints, peer liveness and ``HCCL_EXEC_TIMEOUT`` — and (3) runs its part of the schedule step by
+step, pulling from peer card memory with a barrier between steps. Small collectives take the staged
+path instead (``hccl/staged.py``: one barrier); across nodes the hub and Ray objects carry what
+cannot go through shared memory (``hccl/hub.py``).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 
 import numpy as np
 
 from rt.errors import HcclError
 
-from . import futex
-from .types import HcclResult, apply_reduce, np_dtype, reduce_ufunc
+from .ctrlblock import (ALIVE, ARRIVED, BUF0, CARD, CLOSED, DONE, HOST_GONE, P_COUNT, P_DTYPE, P_OFF, P_RECV_DONE,
+                        P_SEG, P_SEND, P_SIZE, PHASE, PID, STAGE_BYTES, STATUS, V_RCOUNT, V_SCOUNT, V_SDISPL,
+                        ControlBlock, WaitAbort, _pid_alive, _wait)
+from .staged import (HUB_STAGE_BYTES, STAGED, combine_stages, stage_agrees, stage_in, stage_out, stage_source,
+                     staged_bytes)
+from .types import HcclResult, apply_reduce, np_dtype
 
-# slot layout (int64 words)
-PHASE, ARRIVED, DONE, STATUS, PID, CARD, FP_LEN, SLEEPING = range(8)
-BUF0 = 9                       # send seg, off, size; recv seg, off, size; tmp seg, off, size
-SLOT_WORDS = 64                # 512 bytes: words + fingerprint text
-FP_OFF = 24 * 8
-FP_MAX = (SLOT_WORDS * 8 - FP_OFF) // 2        # two fingerprints per slot, by sequence parity
-STAGE_BYTES = 64 << 10                         # per rank and parity: small collectives go through here
-HUB_STAGE_BYTES = 1 << 20                      # across nodes: all inputs of a small collective, through the hub
-# pair mailbox layout (int64 words)
-P_SEND, P_RECV_DONE, P_SEG, P_OFF, P_SIZE, P_COUNT, P_DTYPE, V_SCOUNT, V_SDISPL, V_RCOUNT = range(10)
-PAIR_WORDS = 10
-ALIVE, HOST_GONE, CLOSED = 0, 1, 2
-
-
-class WaitAbort(Exception):
-    pass
-
-
-class ControlBlock:
-    """The shared control array of one communicator (mapped by every card of the node)."""
-
-    def __init__(self, arr: np.ndarray, nranks: int):
-        self.n = nranks
-        words = arr.view(np.int64)
-        self.slots = words[: nranks * SLOT_WORDS].reshape(nranks, SLOT_WORDS)
-        end = nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS
-        self.pairs = words[nranks * SLOT_WORDS: end].reshape(nranks, nranks, PAIR_WORDS)
-        self.wake_word = arr[8 * end: 8 * end + 4].view(np.int32)     # futex word
-        self.wake_addr = self.wake_word.ctypes.data
-        self.stage_base = 8 * end + 64
-        self.raw = arr
-
-    @staticmethod
-    def nbytes(nranks: int) -> int:
-        return 8 * (nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS) + 64 + nranks * 2 * STAGE_BYTES
-
-    def stage(self, rank: int, parity: int) -> np.ndarray:
-        """Rank's staging area for collectives of this sequence parity (uint8, STAGE_BYTES)."""
-        base = self.stage_base + (2 * rank + parity) * STAGE_BYTES
-        return self.raw[base: base + STAGE_BYTES]
-
-    def notify(self) -> None:
-        """State changed: wake the ranks that sleep on this block (no system call if none does)."""
-        if self.slots[:, SLEEPING].any():
-            self.wake_word[0] += 1
-            futex.wake(self.wake_addr)
-
-    def sleep(self, rank: int, cond, timeout: float) -> None:
-        """Sleep until woken (or ``timeout``), unless ``cond()`` already holds."""
-        slot = self.slots[rank]
-        slot[SLEEPING] = 1
-        seen = int(self.wake_word[0])
-        try:
-            if not cond():
-                futex.wait(self.wake_addr, seen, timeout)
-        finally:
-            slot[SLEEPING] = 0
-
-    def fingerprint(self, rank: int, seq: int) -> str:
-        """What ``rank`` called as collective ``seq`` (kept for two sequence numbers: seq and seq-1)."""
-        base = rank * SLOT_WORDS * 8 + FP_OFF + (seq % 2) * FP_MAX
-        n = int(self.raw[base])
-        return bytes(self.raw[base + 1: base + 1 + n]).decode("utf-8", "replace")
-
-    def fingerprints_equal(self, seq: int) -> bool:
-        """Whether every rank's fingerprint for ``seq`` equals rank 0's (length byte and text)."""
-        start = FP_OFF + (seq % 2) * FP_MAX
-        table = self.raw[: self.n * SLOT_WORDS * 8].reshape(self.n, SLOT_WORDS * 8)
-        length = int(table[0, start])
-        area = table[:, start: start + 1 + length]
-        return bool((area == area[0]).all())
-
-    def set_fingerprint(self, rank: int, seq: int, text: str) -> None:
-        data = text.encode()[:FP_MAX - 1]
-        base = rank * SLOT_WORDS * 8 + FP_OFF + (seq % 2) * FP_MAX
-        self.raw[base + 1: base + 1 + len(data)] = np.frombuffer(data, np.uint8)
-        self.raw[base] = len(data)
-
-
-def _wait(cond, *, timeout: float, check=None, sleeper=None, spins: int = 100) -> None:
-    """Wait until ``cond()``: yield first (cheap when peers are close), then sleep.
-
-    ``sleeper(cond, seconds)`` blocks on the control block's futex until someone changes state; without
-    it the wait sleeps with a short backoff. ``check()`` runs every ~0.2 s and raises to abort (dead
-    peer); on timeout raises WaitAbort. Pure spinning is avoided: 8 cards on 2 cores starve each other.
-    """
-    for _ in range(spins):
-        if cond():
-            return
-        os.sched_yield()
-    start = time.monotonic()
-    next_check = start + 0.2
-    delay = 0.00005
-    while not cond():
-        now = time.monotonic()
-        if now - start > timeout:
-            raise WaitAbort()
-        if check is not None and now >= next_check:
-            check()
-            next_check = now + 0.2
-        if sleeper is not None and futex.AVAILABLE:
-            sleeper(cond, 0.05)
-        else:
-            time.sleep(delay)
-            delay = min(delay * 2, 0.001)
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+__all__ = ["Endpoint", "ALIVE", "HOST_GONE", "CLOSED"]
 
 
 class Endpoint:
@@ -285,8 +171,8 @@ class Endpoint:
         what = f"{op} #{seq} on comm '{self.comm_id}' (rank {self.rank})"
         ctrl, me = self.ctrl, self.ctrl.slots[self.rank]
         dtype = np_dtype(p["dtype"])
-        if not p.get("algo") and op in _STAGED:
-            staged = _staged_bytes(op, p, self.n, dtype)
+        if not p.get("algo") and op in STAGED:
+            staged = staged_bytes(op, p, self.n, dtype)
             if self.hub is None and staged <= STAGE_BYTES:
                 return self._staged(seq, op, p, views, dtype, what)
             if self.hub is not None and staged * self.n <= HUB_STAGE_BYTES:
@@ -513,85 +399,6 @@ class Endpoint:
             except Exception:
                 pass
             self.scratch_ptr = None
-
-
-# ---- small collectives through the staging areas (run by cards, or by a rank's own process: hostpath.py)
-
-def stage_source(op: str, p: dict, rank: int) -> str | None:
-    """Which of this rank's buffers it stages (None: it contributes nothing, e.g. a non-root broadcast)."""
-    if op in ("broadcast", "scatter") and rank != p.get("root"):
-        return None
-    return "recv" if op == "broadcast" else "send"
-
-
-def stage_in(ctrl: ControlBlock, rank: int, seq: int, fingerprint: str, data: np.ndarray | None) -> int:
-    """Copy ``data`` (uint8) into this rank's stage for ``seq``, publish the call, arrive at the barrier.
-    Returns the barrier phase to wait for."""
-    if data is not None:
-        ctrl.stage(rank, seq % 2)[:data.size] = data
-    ctrl.set_fingerprint(rank, seq, fingerprint)
-    me = ctrl.slots[rank]
-    me[ARRIVED] = seq
-    target = int(me[PHASE]) + 1
-    me[PHASE] = target
-    ctrl.notify()
-    return target
-
-
-def stage_arrived(ctrl: ControlBlock, target: int) -> bool:
-    return bool(ctrl.slots[:, PHASE].min() >= target)
-
-
-def stage_agrees(ctrl: ControlBlock, seq: int) -> bool:
-    """Every rank called the same collective as ``seq`` (after the barrier): one comparison of the
-    length-prefixed fingerprint bytes of all slots."""
-    return ctrl.fingerprints_equal(seq)
-
-
-def stage_out(ctrl: ControlBlock, rank: int, seq: int, op: str, p: dict, recv: np.ndarray | None) -> None:
-    """This rank's result of small collective ``seq`` from every rank's stage, into ``recv`` (uint8)."""
-    parity = seq % 2
-    combine_stages(lambda k: ctrl.stage(k, parity), ctrl.n, rank, op, p, recv)
-
-
-def combine_stages(stage_of, n: int, rank: int, op: str, p: dict, recv: np.ndarray | None) -> None:
-    """This rank's result of a small collective into ``recv`` (uint8), from ``stage_of(k)``: the bytes
-    rank k staged (its input; empty for ranks that contribute nothing)."""
-    if op == "barrier" or recv is None:
-        return
-    count, root = p["count"], p.get("root")
-    dtype = np_dtype(p["dtype"])
-    itemsize = dtype.itemsize
-    out = recv.view(dtype)
-
-    def stage(k, first=0, items=count):
-        return stage_of(k)[first * itemsize: (first + items) * itemsize].view(dtype)
-    if op in ("all_reduce", "reduce", "reduce_scatter"):
-        first = rank * count if op == "reduce_scatter" else 0
-        combine = reduce_ufunc(p.get("op", 0))
-        np.copyto(out, stage(0, first))
-        for k in range(1, n):          # in the output dtype, rank by rank: as apply_reduce, as the card does
-            combine(out, stage(k, first), out=out, casting="unsafe")
-    elif op == "broadcast":
-        if rank != root:
-            np.copyto(out, stage(root))
-    elif op == "scatter":
-        np.copyto(out, stage(root, rank * count))
-    elif op == "all_gather":
-        for k in range(n):
-            np.copyto(out[k * count: (k + 1) * count], stage(k))
-    elif op == "all_to_all":
-        for k in range(n):
-            np.copyto(out[k * count: (k + 1) * count], stage(k, rank * count))
-
-
-_STAGED = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier")
-
-
-def _staged_bytes(op: str, p: dict, n: int, dtype) -> int:
-    """Bytes one rank stages for a small collective (its whole input)."""
-    c = p["count"] * dtype.itemsize
-    return c * n if op in ("reduce_scatter", "scatter", "all_to_all") else c
 
 
 class _RemoteArrays(dict):

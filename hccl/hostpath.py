@@ -1,7 +1,7 @@
 """Small collectives run by the rank's own process when its stream is idle: no round trip to the card.
 
 A small collective (≤ 64 KiB per rank, one node) is one barrier over the communicator's control block:
-stage the input, arrive, wait, compute from every rank's stage (``cardside.stage_*``). When the stream
+stage the input, arrive, wait, compute from every rank's stage (``hccl/staged.py``). When the stream
 it is enqueued on has finished everything this process put on it (the card publishes per-stream
 progress in a shared page, ``rt.client.CardClient.stream_done``), doing that here is indistinguishable
 from the card doing it — same bytes read and written, same order — and costs one process instead of
@@ -29,9 +29,8 @@ import numpy as np
 
 from rt.errors import NpuError
 
-from .cardside import (_STAGED, DONE, PHASE, STAGE_BYTES, ControlBlock, WaitAbort, _staged_bytes, _wait,
-                       stage_agrees, stage_in, stage_out, stage_source)
-from .types import np_dtype
+from .ctrlblock import DONE, PHASE, ControlBlock, WaitAbort, _wait
+from .staged import fits_stage, stage_agrees, stage_in, stage_out, stage_source
 
 _local_ranks: dict[str, int] = {}      # communicator id -> ranks of it in this process
 
@@ -83,8 +82,7 @@ class HostPath:
     def run(self, stream, seq: int, op: str, params: dict, buffers: dict) -> bool:
         """Run collective ``seq`` here if possible; False (nothing done) means: submit it to the card."""
         comm, ctrl, rank = self.comm, self.ctrl, self.comm.rank
-        if op not in _STAGED or params.get("algo") or \
-                _staged_bytes(op, params, comm.size, np_dtype(params["dtype"])) > STAGE_BYTES:
+        if not fits_stage(op, params, comm.size):
             return False
         views = {}
         for name, buf in buffers.items():
