@@ -226,6 +226,7 @@ def create_sub_comm(comm: Communicator, rank_ids, sub_comm_id: int, sub_rank: in
 def comm_destroy(comm: Communicator) -> None:
     _check_comm(comm, "comm_destroy")
     comm.destroyed = True
+    comm._host = None                  # unmaps the control block (the cards release theirs)
     hostpath.left(comm.id)
     if not comm.ctx.destroyed and not comm.ctx.client.lost:
         comm.ctx.client.call("hccl_destroy", comm.id, comm.rank)
@@ -248,6 +249,7 @@ def _check_comm(comm, call) -> Communicator:
 
 
 _world: Communicator | None = None
+_world_inits = 0
 
 
 def init() -> Communicator:
@@ -266,6 +268,8 @@ def init() -> Communicator:
         rt.init()
     if RUNTIME.current is None:
         rt.set_device(device)
-    comm_id = f"world-{os.environ.get('NPUSIM_JOB', 'local')}-{os.environ.get('RESTART_COUNT', '0')}"
+    global _world_inits
+    _world_inits += 1                  # every rank counts alike: init, destroy, init again gets a new id
+    comm_id = f"world-{os.environ.get('NPUSIM_JOB', 'local')}-{os.environ.get('RESTART_COUNT', '0')}-{_world_inits}"
     _world = _init(RUNTIME.current, comm_id, world, rank, "hccl.init")
     return _world

@@ -23,7 +23,7 @@ BUF0 = 9                       # send seg, off, size; recv seg, off, size; tmp s
 SLOT_WORDS = 64                # 512 bytes: words + fingerprint text
 FP_OFF = 24 * 8
 FP_MAX = (SLOT_WORDS * 8 - FP_OFF) // 2        # two fingerprints per slot, by sequence parity
-STAGE_BYTES = 64 << 10                         # per rank and parity: small collectives go through here
+STAGE_BYTES = 256 << 10                        # per rank and parity: small collectives go through here
 # pair mailbox layout (int64 words)
 P_SEND, P_RECV_DONE, P_SEG, P_OFF, P_SIZE, P_COUNT, P_DTYPE, V_SCOUNT, V_SDISPL, V_RCOUNT = range(10)
 PAIR_WORDS = 10

@@ -1,6 +1,6 @@
 """Small collectives run by the rank's own process when its stream is idle: no round trip to the card.
 
-A small collective (≤ 64 KiB per rank, one node) is one barrier over the communicator's control block:
+A small collective (≤ 256 KiB per rank, one node) is one barrier over the communicator's control block:
 stage the input, arrive, wait, compute from every rank's stage (``hccl/staged.py``). When the stream
 it is enqueued on has finished everything this process put on it (the card publishes per-stream
 progress in a shared page, ``rt.client.CardClient.stream_done``), doing that here is indistinguishable

@@ -84,11 +84,15 @@ class HcclService:
         self.rendezvous = rendezvous or getattr(card, "rendezvous", None) or LocalRendezvous()
         self.endpoints: dict[str, Endpoint] = {}
         self.ctrl: dict[str, Segment] = {}
+        self.released: set[str] = set()         # communicators whose control block this card gave up
         self.lock = threading.Lock()
 
     # -- shared memory --------------------------------------------------------------------------
     def ctrl_array(self, comm_id: str, nbytes: int):
         with self.lock:
+            if comm_id in self.released:
+                raise HcclError(HcclResult.HCCL_E_PARA, f"comm '{comm_id}' was destroyed on {self.card.where}, which "
+                                                        f"held its control block")
             seg = self.ctrl.get(comm_id)
             if seg is None:
                 seg = self.ctrl[comm_id] = Segment(max(nbytes, 4096), name=f"npusim-hccl-{comm_id}")
@@ -154,6 +158,7 @@ class HcclService:
             ep = self.endpoints.pop((comm_id, rank), None)
         if ep is not None:
             ep.close(CLOSED)
+            self._release_ctrl([comm_id])
 
     def release_owner(self, conn) -> None:
         with self.lock:
@@ -161,6 +166,18 @@ class HcclService:
             eps = [self.endpoints.pop(k) for k in mine]
         for ep in eps:
             ep.close(HOST_GONE)
+        self._release_ctrl([ep.comm_id for ep in eps])
+
+    def _release_ctrl(self, comm_ids) -> None:
+        """Drop this card's hold on control blocks no local endpoint uses any more. Other cards and rank
+        processes keep their own mappings (the memory lives until the last one goes); a card that asks
+        for the block afterwards is refused rather than handed a fresh, empty one."""
+        with self.lock:
+            done = [c for c in set(comm_ids) if c in self.ctrl and not any(k[0] == c for k in self.endpoints)]
+            segs = [self.ctrl.pop(c) for c in done]
+            self.released.update(done)
+        for seg in segs:
+            seg.close()
 
     def close(self) -> None:
         for key in list(self.endpoints):

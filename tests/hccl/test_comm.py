@@ -287,3 +287,32 @@ def test_two_by_four_node_runs_hierarchical(tmp_path):
     out = subprocess.run([sys.executable, "-c", HIER_SCRIPT, str(cfg)], capture_output=True, text=True,
                          timeout=100, cwd=str(ROOT))
     assert out.returncode == 0 and "HIER OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_destroyed_communicators_release_their_control_blocks(hccl_rt):
+    """Each card drops its control block once no endpoint of the communicator is left on it, and a
+    card asking for a released block later is refused instead of getting a fresh, empty one."""
+    from rt.context import RUNTIME
+    cards = RUNTIME.backend.cards
+    ids = []
+    for _ in range(3):
+        comms = hccl.comm_init_all([0, 1, 2])
+        t = [None] * 3
+        for i, c in enumerate(comms):
+            hccl_rt.set_context(c.ctx)
+            t[i] = hccl_rt.Tensor.from_numpy(np.full(4, i + 1, np.float32))
+            c.all_reduce(t[i])
+        for i, c in enumerate(comms):
+            hccl_rt.set_context(c.ctx)
+            hccl_rt.synchronize_stream(None)
+            assert t[i].numpy().tolist() == [6.0] * 4
+            t[i].free()
+        ids.append(comms[0].id)
+        for c in comms:
+            hccl.comm_destroy(c)
+    for card in cards.values():
+        if card._hccl is not None:
+            assert not set(ids) & set(card._hccl.ctrl), card._hccl.ctrl
+    with pytest.raises(hccl.HcclError) as e:
+        cards[0].hccl.ctrl_array(ids[0], 4096)
+    assert "destroyed" in e.value.message
