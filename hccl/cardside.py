@@ -201,6 +201,9 @@ class Endpoint:
         problem = None
         if len(set(fps)) > 1:
             problem = f"ranks called different collectives: {_group(fps)}"
+        elif op == "all_to_all_v" and self.hub is not None:     # every rank is here: all refuse alike
+            me[DONE] = seq
+            raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT, f"{what}: all_to_all_v across nodes is not supported")
         elif op == "all_to_all_v":
             bad = [(i, j, int(ctrl.pairs[i, j, V_SCOUNT]), int(ctrl.pairs[i, j, V_RCOUNT]))
                    for i in range(self.n) for j in range(self.n)
@@ -209,8 +212,9 @@ class Endpoint:
                 problem = "send and recv counts disagree: " + "; ".join(
                     f"rank {i} sends {a} elements to rank {j}, which expects {b}" for i, j, a, b in bad[:8])
         if problem:
-            self.barrier(what, seq)                # nobody overwrites its slot before all have read it
-            me[DONE] = seq
+            if self.hub is None:                   # nobody overwrites its slot before all have read it
+                self.barrier(what, seq)            # (across nodes the hub holds the fingerprints: no barrier,
+            me[DONE] = seq                         # as in _hub_staged, whichever path each rank took)
             raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{self.comm_id}': {problem}")
         here = self.members[self.rank][0]
         arrays = {r: self._rank_arrays(r, dtype) if self.members[r][0] == here or r == self.rank else None
@@ -219,8 +223,6 @@ class Endpoint:
             if arrays[r] is None:
                 arrays[r] = _RemoteArrays()
         if sched is None:
-            if self.hub is not None:
-                raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT, f"{what}: all_to_all_v across nodes is not supported")
             self._all_to_all_v(arrays, p, ctrl)
             self.barrier(what, seq)
         else:

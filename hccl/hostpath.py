@@ -24,24 +24,41 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 
 import numpy as np
 
-from rt.errors import NpuError
+from rt.errors import HcclError, NpuError
 
 from .ctrlblock import DONE, PHASE, ControlBlock, WaitAbort, _wait
 from .staged import fits_stage, stage_agrees, stage_in, stage_out, stage_source
+from .types import HcclResult
 
 _local_ranks: dict[str, int] = {}      # communicator id -> ranks of it in this process
+_lock = threading.Lock()
 
 
 def joined(comm_id: str) -> None:
-    _local_ranks[comm_id] = _local_ranks.get(comm_id, 0) + 1
+    with _lock:
+        _local_ranks[comm_id] = _local_ranks.get(comm_id, 0) + 1
 
 
 def left(comm_id: str) -> None:
-    if _local_ranks.get(comm_id, 0) > 0:
-        _local_ranks[comm_id] -= 1
+    with _lock:
+        if _local_ranks.get(comm_id, 0) > 0:
+            _local_ranks[comm_id] -= 1
+
+
+def _wait_ms() -> float:
+    text = os.environ.get("NPUSIM_HCCL_HOST_WAIT_MS", "20")
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"NPUSIM_HCCL_HOST_WAIT_MS={text!r} must be a number of "
+                                                f"milliseconds >= 0")
+    return value
 
 
 def enabled() -> bool:
@@ -54,7 +71,7 @@ class HostPath:
     def __init__(self, comm, ctrl: ControlBlock):
         self.comm = comm
         self.ctrl = ctrl
-        self.wait = float(os.environ.get("NPUSIM_HCCL_HOST_WAIT_MS", "20")) / 1000
+        self.wait = _wait_ms() / 1000
         self.phases = ctrl.slots[:, PHASE]
         self.done = 0                   # collectives completed in this process
         self.handed = 0                 # started here, finished by the card
@@ -72,6 +89,8 @@ class HostPath:
             if reply is None or not fds:
                 return None
             arr = np.frombuffer(mmap.mmap(fds[0], reply, flags=mmap.MAP_SHARED), np.uint8)
+        except OSError:
+            return None
         finally:
             for fd in fds:
                 os.close(fd)
@@ -81,15 +100,22 @@ class HostPath:
 
     def run(self, stream, seq: int, op: str, params: dict, buffers: dict) -> bool:
         """Run collective ``seq`` here if possible; False (nothing done) means: submit it to the card."""
-        comm, ctrl, rank = self.comm, self.ctrl, self.comm.rank
-        if not fits_stage(op, params, comm.size):
+        if not fits_stage(op, params, self.comm.size):
             return False
+        with self.comm.ctx.devmap.hold():
+            return self._run(stream, seq, op, params, buffers)
+
+    def _run(self, stream, seq, op, params, buffers) -> bool:
+        comm, ctrl, rank = self.comm, self.ctrl, self.comm.rank
         views = {}
-        for name, buf in buffers.items():
-            if buf is not None and buf[1]:
-                views[name] = comm.ctx.devmap.view(buf[0], buf[1])
-                if views[name] is None:
-                    return False
+        try:
+            for name, buf in buffers.items():
+                if buf is not None and buf[1]:
+                    views[name] = comm.ctx.devmap.view(buf[0], buf[1])
+                    if views[name] is None:
+                        return False
+        except NpuError:                # the card is gone or refused: its own path reports why
+            return False
         client = stream.ctx.client
         with client.stream_order(stream.id):
             # Everything before it on the stream is done, and so is every earlier collective of this

@@ -52,6 +52,7 @@ class Connection:
         self.callbacks: dict[int, threading.Event] = {}
         self.state_page = None            # Segment with [host_done, errors] per shared stream (see c_stream_share)
         self.state_slots = 0
+        self.state_free: list[int] = []   # slots of destroyed streams, for reuse
         self.closed = False
 
     def __repr__(self) -> str:
@@ -316,6 +317,9 @@ class Card:
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, "destroy_stream: the default stream cannot be destroyed")
         with self._lock:
             self.streams.pop(sid, None)
+        slot = s.unshare_state()          # before reuse: the draining worker must not publish into it
+        if slot >= 0:
+            conn.state_free.append(slot)
         threading.Thread(target=s.close, daemon=True).start()   # drains its queue, then stops
 
     def c_stream_query(self, conn, sid):
@@ -333,10 +337,13 @@ class Card:
             conn.state_page.array[:] = 0
         if s.state is not None:
             slot = s.state_slot
+        elif conn.state_free:
+            slot = conn.state_free.pop()
         elif conn.state_slots >= STATE_PAGE // 16:
             return None
         else:
             slot, conn.state_slots = conn.state_slots, conn.state_slots + 1
+        if s.state is None:
             s.state_slot = slot
             s.share_state(conn.state_page.array[slot * 16: slot * 16 + 16].view(np.int64))
         if first:

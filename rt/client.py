@@ -175,3 +175,5 @@ class CardClient:
 
     def close(self) -> None:
         self.transport.close()
+        self._state = None              # unmaps the stream-state page (with the last view)
+        self._slots.clear()

@@ -122,6 +122,7 @@ class Runtime:
             pass
         ctx.destroyed = True
         ctx.client.close()
+        ctx.devmap.close()
         jobs = getattr(ctx, "callback_jobs", None)
         if jobs is not None:
             jobs.put(None)              # stop the context's callback thread (it would wait forever)

@@ -11,11 +11,17 @@ reports the problem. A segment stays mapped while an allocation we resolved live
 from __future__ import annotations
 
 import bisect
+import contextlib
 import mmap
 import os
 import threading
 
 import numpy as np
+
+from .constants import AclErrorCode
+from .errors import AclError
+
+FREE_WAIT = 60.0        # seconds a free waits for a host-side collective still using this context's memory
 
 
 class DeviceMap:
@@ -29,6 +35,30 @@ class DeviceMap:
         self._resolved: dict[int, tuple[int, int]] = {}   # start -> (segment id, offset of start)
         self._segments: dict[int, np.ndarray] = {}        # segment id -> uint8 view of the mapping
         self._uses: dict[int, int] = {}                   # segment id -> resolved allocations in it
+        self._busy = 0                                    # host-side operations using views right now
+        self._idle = threading.Condition(self._lock)
+
+    @contextlib.contextmanager
+    def hold(self):
+        """While held, no allocation of this context is forgotten (``remove`` waits): a free from another
+        thread cannot pull memory from under a collective this process is running on the card's behalf."""
+        with self._lock:
+            self._busy += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._busy -= 1
+                self._idle.notify_all()
+
+    def close(self) -> None:
+        """The context is gone: forget everything (mappings go with the last view)."""
+        with self._lock:
+            self._starts.clear()
+            self._sizes.clear()
+            self._resolved.clear()
+            self._segments.clear()
+            self._uses.clear()
 
     def add(self, ptr: int, size: int) -> None:
         """``ptr`` was just allocated by this context (``size`` bytes)."""
@@ -39,6 +69,10 @@ class DeviceMap:
     def remove(self, ptr: int) -> None:
         """``ptr`` is about to be freed: never view it again (before the card is asked, so no race)."""
         with self._lock:
+            if ptr in self._sizes and not self._idle.wait_for(lambda: not self._busy, FREE_WAIT):
+                raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_FREE,
+                               f"free: {ptr:#x} is still in use by a collective this process runs after "
+                               f"{FREE_WAIT:g} s (another thread is inside an HCCL call on this context)")
             if self._sizes.pop(ptr, None) is None:
                 return
             del self._starts[bisect.bisect_left(self._starts, ptr)]

@@ -66,6 +66,12 @@ class Stream:
             raise exc
         self.push(Task(label, fail, host))
 
+    def unshare_state(self) -> int:
+        """Stop publishing (the stream is being destroyed); returns the slot it used (-1: none)."""
+        with self._cv:
+            slot, self.state, self.state_slot = self.state_slot, None, -1
+            return slot
+
     def share_state(self, words) -> None:
         """Publish ``[host tasks finished, errors pending]`` into ``words`` (int64 ×2 the host maps), so the
         host can tell that this stream finished everything it enqueued without asking."""

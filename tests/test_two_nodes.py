@@ -12,7 +12,7 @@ import pytest
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "collectives_check.py")
 COLLECTIVES = [f"{name} {tag}" for tag in ("small", "large")      # one hub exchange / hierarchical schedules
                for name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "scatter",
-                            "all_to_all", "barrier")] + ["dtype-op sweep"]
+                            "all_to_all", "barrier")] + ["dtype-op sweep", "mismatch"]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,8 @@ def two_nodes():
 def test_ranks_split_over_two_nodes_and_hierarchical_collectives_match_numpy(two_nodes):
     proc = subprocess.run([sys.executable, "-m", "launcher", "--nnodes", "2", "--nproc", "4",
                            "--address", two_nodes.address, "--timeout", "200", SCRIPT],
-                          capture_output=True, text=True, timeout=230)
+                          capture_output=True, text=True, timeout=230,
+                          env=dict(os.environ, HCCL_EXEC_TIMEOUT="60"))   # a hang in the mismatch case fails fast
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     placed = {int(m[1]): (int(m[2]), int(m[3]), int(m[4]))

@@ -12,6 +12,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
 import uuid
 
 import numpy as np
@@ -97,6 +98,14 @@ def test_a_collective_never_blocks_what_the_rank_enqueues_after_it(cards):
 
 
 @pytest.mark.ray
+def test_synchronize_returns_only_after_copies_to_host_memory_landed(cards):
+    """synchronize_stream's check without a round trip must also wait for device-to-host copies into
+    ordinary numpy arrays, which the host fills when the card's notification arrives."""
+    for r, rep in enumerate(_ranks(cards, "landing")):
+        assert rep["bad"] == [], (r, rep["bad"])
+
+
+@pytest.mark.ray
 def test_mismatched_calls_fail_on_every_rank_and_the_comm_recovers(cards):
     reports = _ranks(cards, "mismatch")
     for r, rep in enumerate(reports):
@@ -149,3 +158,18 @@ def test_comm_init_all_has_no_host_path(rt_local):
     finally:
         for c in comms:
             hccl.comm_destroy(c)
+
+
+def test_free_waits_for_a_host_side_collective_using_the_context(dev0):
+    rt = dev0
+    ctx = rt.get_context()
+    ptr = rt.malloc(64)
+    freed = threading.Event()
+    with ctx.devmap.hold():
+        assert ctx.devmap.view(ptr, 64) is not None
+        t = threading.Thread(target=lambda: (rt.set_context(ctx), rt.free(ptr), freed.set()))
+        t.start()
+        assert not freed.wait(0.3)              # the free waits while the view may be in use
+    assert freed.wait(10)
+    t.join(10)
+    assert ctx.devmap.view(ptr, 64) is None

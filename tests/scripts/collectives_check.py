@@ -28,7 +28,24 @@ def main() -> None:
     for count, tag in ((1003, "small"), (20011, "large")):
         collectives(comm, stream, r, n, count, tag)
     sweep(comm, stream, r, n)
+    mismatch(comm, stream, r)
     hccl.comm_destroy(comm)
+
+
+def mismatch(comm, stream, r: int) -> None:
+    """Rank 1 passes another count — large enough for the schedules — than the others (small: the one-call
+    paths): every rank must fail promptly with HCCL_E_PARA, whichever path it took."""
+    count = 300_000 if r == 1 else 10
+    t = rt.Tensor.from_numpy(np.ones(count, np.int64))
+    hccl.all_reduce(t.ptr, t.ptr, count, hccl.HCCL_DATA_TYPE_INT64, hccl.HCCL_REDUCE_SUM, comm, stream)
+    try:
+        rt.synchronize_stream(stream)
+    except hccl.HcclError as e:
+        if e.code != hccl.HcclResult.HCCL_E_PARA or "different collectives" not in e.message:
+            raise SystemExit(f"rank {r}: mismatched all_reduce failed with {e.code}: {e.message}")
+    else:
+        raise SystemExit(f"rank {r}: mismatched all_reduce did not fail")
+    print(f"rank {r} OK mismatch", flush=True)
 
 
 def collectives(comm, stream, r: int, n: int, count: int, tag: str) -> None:

@@ -122,6 +122,16 @@ elif scenario == "hazard":                  # rank 0's all_reduce must not block
     check("hazard sum", t.numpy(), np.full(4, n * (n + 1) / 2, np.float32))
     if rank == 1:
         check("hazard message", msg.numpy(), np.full(2, 7, np.int32))
+elif scenario == "landing":                 # a device-to-host copy into numpy has landed after synchronize
+    t = device(np.arange(4096, dtype=np.float32) + rank)
+    for i in range(100):
+        host = np.zeros(4096, np.float32)
+        rt.memcpy_async(host, host.nbytes, t.ptr, t.nbytes, rt.ACL_MEMCPY_DEVICE_TO_HOST, None)
+        sum(range(20000))                   # host work while the copy's notification is in flight
+        rt.synchronize_stream(None)
+        if host[-1] != 4095 + rank:
+            bad.append(f"copy {i} not landed after synchronize_stream")
+            break
 elif scenario == "mismatch":                # rank 0 passes another count: every rank gets HCCL_E_PARA
     t = device(np.ones(64, np.float32))
     count = 64 if rank == 0 else 32
