@@ -39,6 +39,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,9 +51,20 @@ from hccl.test import parse_size, sweep  # noqa: E402
 
 # ---- running children --------------------------------------------------------------------------------
 
-def run_child(cmd: list[str], timeout: float, log) -> tuple[int, str, float]:
-    """(exit code, stdout, start time) of cmd; its process group is killed if it overruns."""
+def run_child(cmd: list[str], timeout: float, log, scratch: bool = False) -> tuple[int, str, float]:
+    """(exit code, stdout, start time) of cmd; its process group is killed if it overruns. ``scratch``: the
+    child gets its own TMPDIR, removed afterwards (torchrun leaves a torchelastic_* directory per run)."""
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if scratch:
+        env["TMPDIR"] = tempfile.mkdtemp(prefix="npusim-compare-")
+        try:
+            return _run_child(cmd, timeout, log, env)
+        finally:
+            shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+    return _run_child(cmd, timeout, log, env)
+
+
+def _run_child(cmd: list[str], timeout: float, log, env: dict) -> tuple[int, str, float]:
     log.write(f"\n$ {' '.join(cmd)}\n")
     log.flush()
     start = time.time()
@@ -107,7 +119,7 @@ def run_peer(peer: str, coll: str, ns, log) -> list[dict] | None:
     script = os.path.join(PEERS_DIR, "gloo_allreduce.py" if peer == "gloo" else "mpi_allreduce.py")
     launcher = [*torchrun(), "--nproc-per-node", str(ns.nproc), script] if peer == "gloo" else \
         [*mpirun(ns.nproc), sys.executable, script]
-    code, out, _ = run_child([*launcher, *sweep_args(ns, coll)], ns.timeout, log)
+    code, out, _ = run_child([*launcher, *sweep_args(ns, coll)], ns.timeout, log, scratch=True)
     line = next((ln for ln in out.splitlines() if ln.startswith("PEER_RESULT ")), None)
     if code != 0 or line is None:
         return None
@@ -124,7 +136,7 @@ def startup(peer: str, ns, log) -> float | None:
     else:
         cmd = [*mpirun(ns.nproc), sys.executable, os.path.join(PEERS_DIR, "mpi_allreduce.py"), "all_reduce",
                "--first-only"]
-    code, out, start = run_child(cmd, ns.timeout, log)
+    code, out, start = run_child(cmd, ns.timeout, log, scratch=peer != "ours")
     m = re.search(r"FIRST_COLLECTIVE (\d+\.\d+)", out)
     return float(m.group(1)) - start if code == 0 and m else None
 

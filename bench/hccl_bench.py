@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -121,7 +122,11 @@ def main() -> int:
         config = os.path.join(tempfile.mkdtemp(prefix="hccl-bench-"), f"{args.topology}.toml")
         with open(config, "w") as f:
             f.write(f'[node]\ntopology = "{args.topology}"\n')
-    rt.init(config, backend="local" if args.local else None)
+    try:
+        rt.init(config, backend="local" if args.local else None)
+    finally:
+        if config:                      # read by rt.init; nothing of ours stays in /tmp
+            shutil.rmtree(os.path.dirname(config), ignore_errors=True)
     try:
         cfg = rt.context.RUNTIME.cfg
         topology = cfg.topology
