@@ -22,13 +22,11 @@ allocated itself (``rt.hostview.DeviceMap``); everything else goes to the card.
 
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 
-import numpy as np
-
 from rt.errors import HcclError, NpuError
+from rt.segment import close_fds, map_received
 
 from .ctrlblock import DONE, PHASE, ControlBlock, WaitAbort, _wait
 from .staged import fits_stage, stage_agrees, stage_in, stage_out, stage_source
@@ -85,15 +83,13 @@ class HostPath:
             reply, fds = comm.ctx.client.call("hccl_share", comm.id, comm.rank, want_fds=True)
         except NpuError:
             return None
+        if reply is None:
+            close_fds(fds)
+            return None
         try:
-            if reply is None or not fds:
-                return None
-            arr = np.frombuffer(mmap.mmap(fds[0], reply, flags=mmap.MAP_SHARED), np.uint8)
+            arr = map_received(fds, reply)
         except OSError:
             return None
-        finally:
-            for fd in fds:
-                os.close(fd)
         if arr.size < ControlBlock.nbytes(comm.size):
             return None
         return cls(comm, ControlBlock(arr, comm.size))

@@ -15,6 +15,7 @@ from typing import Callable
 from . import errors
 from .constants import AclErrorCode as E
 from .errors import AclError
+from .segment import close_fds, map_received
 
 CALL, TASK = 0, 1
 LIVENESS = 1.0   # seconds between checks that the card is still there while waiting
@@ -124,17 +125,13 @@ class CardClient:
             reply, fds = self.call("stream_share", stream_id, want_fds=True)
         except AclError:
             reply, fds = None, ()
-        try:
-            if reply is not None and self._state is None:
-                import mmap
-                import numpy as np
-                if not fds:
-                    reply = None
-                else:
-                    self._state = np.frombuffer(mmap.mmap(fds[0], reply[1], flags=mmap.MAP_SHARED), np.int64)
-        finally:
-            for fd in fds:
-                os.close(fd)
+        if reply is not None and self._state is None:       # the page's fd comes with the first reply
+            try:
+                self._state = map_received(fds, reply[1]).view("int64")
+            except OSError:
+                reply = None
+        else:
+            close_fds(fds)
         slot = None if reply is None else reply[0]
         self._slots[stream_id] = slot
         return slot

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import mmap
-import os
 import threading
 
 import numpy as np
 
 from .constants import AclErrorCode
 from .errors import AclError
+from .segment import close_fds, map_received
 
 FREE_WAIT = 60.0        # seconds a free waits for a host-side collective still using this context's memory
 
@@ -104,21 +103,20 @@ class DeviceMap:
     def _resolve(self, start: int) -> tuple[int, int] | None:
         """Ask the card where allocation ``start`` lives; map its segment (fd sent with the reply)."""
         reply, fds = self.client.call("locate_own", start, want_fds=True)
-        try:
-            if reply is None:
+        if reply is None:
+            close_fds(fds)
+            return None
+        seg, off, seg_size = reply
+        with self._lock:
+            if start not in self._sizes:           # freed meanwhile by another thread
+                close_fds(fds)
                 return None
-            seg, off, seg_size = reply
-            with self._lock:
-                if start not in self._sizes:           # freed meanwhile by another thread
-                    return None
-                if seg not in self._segments:
-                    mm = mmap.mmap(fds[0], seg_size, flags=mmap.MAP_SHARED)
-                    self._segments[seg] = np.frombuffer(mm, np.uint8)
-                    self._uses[seg] = 0
-                if start not in self._resolved:
-                    self._resolved[start] = (seg, off)
-                    self._uses[seg] += 1
-                return self._resolved[start]
-        finally:
-            for fd in fds:
-                os.close(fd)
+            if seg in self._segments:
+                close_fds(fds)
+            else:
+                self._segments[seg] = map_received(fds, seg_size)
+                self._uses[seg] = 0
+            if start not in self._resolved:
+                self._resolved[start] = (seg, off)
+                self._uses[seg] += 1
+            return self._resolved[start]

@@ -7,7 +7,6 @@ the mappings, so peer reads and writes are plain memory copies.
 
 from __future__ import annotations
 
-import mmap
 import os
 import threading
 
@@ -17,6 +16,7 @@ from .channel import SocketTransport
 from .client import CardClient
 from .constants import AclErrorCode as E
 from .errors import AclError
+from .segment import map_received
 
 
 def _cross_node(where, here) -> AclError:
@@ -89,12 +89,7 @@ class SocketPeers:
     @staticmethod
     def _map(reply) -> np.ndarray:
         size, fds = reply
-        try:
-            mm = mmap.mmap(fds[0], size, flags=mmap.MAP_SHARED)
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return np.frombuffer(mm, np.uint8)
+        return map_received(fds, size)
 
     def view(self, where, ptr, nbytes, what):
         if where[0] != self.card.node:

@@ -125,3 +125,19 @@ def _check_size(size, where: str) -> None:
     if type(size) is not int or size <= 0:
         raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM,
                        f"{where}: size {size!r} is invalid (expected a positive int number of bytes)")
+
+
+def map_received(fds, size: int) -> np.ndarray:
+    """uint8 view of a shared mapping of ``fds[0]`` (``size`` bytes), as a card's reply delivers it; every
+    fd in ``fds`` is closed (the mapping keeps the memory). Raises OSError if it cannot be mapped."""
+    try:
+        if not fds:
+            raise OSError(f"no file descriptor arrived for a {size}-byte mapping")
+        return np.frombuffer(mmap.mmap(fds[0], size, flags=mmap.MAP_SHARED), np.uint8)
+    finally:
+        close_fds(fds)
+
+
+def close_fds(fds) -> None:
+    for fd in fds:
+        os.close(fd)
