@@ -18,10 +18,9 @@ import numpy as np
 from rt.errors import HcclError
 
 from .ctrlblock import (ALIVE, ARRIVED, BUF0, CARD, CLOSED, DONE, HOST_GONE, P_COUNT, P_DTYPE, P_OFF, P_RECV_DONE,
-                        P_SEG, P_SEND, P_SIZE, PHASE, PID, STAGE_BYTES, STATUS, V_RCOUNT, V_SCOUNT, V_SDISPL,
+                        P_SEG, P_SEND, P_SIZE, PHASE, PID, STATUS, V_RCOUNT, V_SCOUNT, V_SDISPL,
                         ControlBlock, WaitAbort, _pid_alive, _wait)
-from .staged import (HUB_STAGE_BYTES, STAGED, combine_stages, stage_agrees, stage_in, stage_out, stage_source,
-                     staged_bytes)
+from .staged import combine_stages, fits_stage, stage_agrees, stage_in, stage_out, stage_source
 from .types import HcclResult, apply_reduce, np_dtype
 
 __all__ = ["Endpoint", "ALIVE", "HOST_GONE", "CLOSED"]
@@ -171,12 +170,10 @@ class Endpoint:
         what = f"{op} #{seq} on comm '{self.comm_id}' (rank {self.rank})"
         ctrl, me = self.ctrl, self.ctrl.slots[self.rank]
         dtype = np_dtype(p["dtype"])
-        if not p.get("algo") and op in STAGED:
-            staged = staged_bytes(op, p, self.n, dtype)
-            if self.hub is None and staged <= STAGE_BYTES:
-                return self._staged(seq, op, p, views, dtype, what)
-            if self.hub is not None and staged * self.n <= HUB_STAGE_BYTES:
-                return self._hub_staged(seq, op, p, views, what)
+        if fits_stage(op, p, self.n, across_nodes=self.hub is not None):
+            if self.hub is None:
+                return self._staged(seq, op, p, views)
+            return self._hub_staged(seq, op, p, views, what)
         sched = None
         if op != "all_to_all_v":
             sched = self.service.schedule(op, self.n, p, self.nodes)
@@ -245,7 +242,7 @@ class Endpoint:
                 self.barrier(what, seq)
         me[DONE] = seq
 
-    def _staged(self, seq: int, op: str, p: dict, views: dict, dtype, what: str) -> None:
+    def _staged(self, seq: int, op: str, p: dict, views: dict) -> None:
         """Small collectives in one barrier: every rank copies its input into its staging area (double-
         buffered by sequence parity), waits once, then computes its own result from all the stages.
 

@@ -24,9 +24,13 @@ def staged_bytes(op: str, p: dict, n: int, dtype) -> int:
     return c * n if op in ("reduce_scatter", "scatter", "all_to_all") else c
 
 
-def fits_stage(op: str, p: dict, n: int) -> bool:
-    """A collective the staged path runs on one node: a staged op, no HCCL_ALGO, input ≤ STAGE_BYTES."""
-    return op in STAGED and not p.get("algo") and staged_bytes(op, p, n, np_dtype(p["dtype"])) <= STAGE_BYTES
+def fits_stage(op: str, p: dict, n: int, across_nodes: bool = False) -> bool:
+    """A collective the staged path runs: a staged op, no HCCL_ALGO, input ≤ STAGE_BYTES per rank on one
+    node; across nodes (one hub exchange) all ranks' inputs together ≤ HUB_STAGE_BYTES."""
+    if op not in STAGED or p.get("algo"):
+        return False
+    nbytes = staged_bytes(op, p, n, np_dtype(p["dtype"]))
+    return nbytes * n <= HUB_STAGE_BYTES if across_nodes else nbytes <= STAGE_BYTES
 
 
 def stage_source(op: str, p: dict, rank: int) -> str | None:
