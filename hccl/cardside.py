@@ -392,6 +392,9 @@ class Endpoint:
 
     def close(self, status: int = CLOSED) -> None:
         self.mark(status)
+        if self.hub is not None:
+            self.service.retire_hub(self.hub)
+            self.hub = None
         if self.scratch_ptr is not None:
             try:
                 self.card.memory.free(self.scratch_ptr)

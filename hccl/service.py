@@ -22,6 +22,9 @@ from .cardside import CLOSED, HOST_GONE, Endpoint
 from .types import HcclResult, np_dtype
 
 
+HUB_GRACE = 60.0    # seconds a card keeps a destroyed communicator's hub alive for the slower ranks
+
+
 class LocalRendezvous:
     """Rendezvous for in-process cards (the local backend)."""
 
@@ -85,6 +88,7 @@ class HcclService:
         self.endpoints: dict[str, Endpoint] = {}
         self.ctrl: dict[str, Segment] = {}
         self.released: set[str] = set()         # communicators whose control block this card gave up
+        self.retired: list = []                 # (keep until, hub handle) of destroyed communicators
         self.lock = threading.Lock()
 
     # -- shared memory --------------------------------------------------------------------------
@@ -168,6 +172,16 @@ class HcclService:
             ep.close(HOST_GONE)
         self._release_ctrl([ep.comm_id for ep in eps])
 
+    def retire_hub(self, hub) -> None:
+        """Keep a closed endpoint's hub handle for HUB_GRACE seconds more. The card whose endpoint created
+        the hub owns it, and Ray ends an actor when its owner drops the last handle — while replies to the
+        other ranks' last arrival may still be on their way (seen: "the communicator's hub died" on ranks
+        that had all arrived)."""
+        now = time.monotonic()
+        with self.lock:
+            self.retired = [(t, h) for t, h in self.retired if t > now]     # older ones may go now
+            self.retired.append((now + HUB_GRACE, hub))
+
     def _release_ctrl(self, comm_ids) -> None:
         """Drop this card's hold on control blocks no local endpoint uses any more. Other cards and rank
         processes keep their own mappings (the memory lives until the last one goes); a card that asks
@@ -185,3 +199,4 @@ class HcclService:
         for seg in self.ctrl.values():
             seg.close()
         self.ctrl.clear()
+        self.retired.clear()
