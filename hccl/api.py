@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from rt import api as rt_api
+from rt import args
 from rt.errors import AclError, HcclError
 from rt.memory import decode_addr
 
@@ -33,20 +34,23 @@ def _stream(comm: Communicator, stream, call):
     return st
 
 
+MAX_COUNT = 1 << 56          # elements: far beyond any card, small enough that counts × sizes stay 64-bit
+
+
 def _count(count, call, name="count") -> int:
-    if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 0:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {name} must be an int >= 0, got {count!r}")
-    return int(count)
+    return args.integer(count, call, name, hi=MAX_COUNT, error=args.hccl_para)
 
 
 def _buf(comm: Communicator, ptr, nbytes: int, itemsize: int, call: str, name: str):
-    if nbytes == 0 and ptr in (None, 0):
+    null = ptr is None or (args.is_int(ptr) and ptr == 0)
+    if nbytes == 0 and null:
         return None
-    if ptr is None or ptr == 0:
+    if null:
         raise HcclError(HcclResult.HCCL_E_PTR, f"{call}: {name} buffer is null")
-    where = decode_addr(ptr) if isinstance(ptr, int) and not isinstance(ptr, bool) else None
+    where = decode_addr(ptr) if args.is_int(ptr) else None
     if where is None:
-        raise HcclError(HcclResult.HCCL_E_PTR, f"{call}: {name} buffer {ptr!r} is not a device address")
+        raise HcclError(HcclResult.HCCL_E_PTR, f"{call}: {name} buffer {args.shown(ptr)} is not a device address")
+    ptr = int(ptr)
     if where != (comm.ctx.node, comm.ctx.physical):
         raise HcclError(HcclResult.HCCL_E_PTR, f"{call}: {name} buffer {ptr:#x} is on card {where[1]} (node "
                                                f"{where[0]}), not the communicator's card {comm.ctx.physical}")
@@ -172,10 +176,7 @@ def all_to_all_v(send, send_counts, sdispls, send_type, recv, recv_counts, rdisp
     tables = {}
     for name, v in (("send_counts", send_counts), ("sdispls", sdispls), ("recv_counts", recv_counts),
                     ("rdispls", rdispls)):
-        v = [int(x) for x in v]
-        if len(v) != comm.size or any(x < 0 for x in v):
-            raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {name} must list {comm.size} non-negative ints, got {v}")
-        tables[name] = v
+        tables[name] = args.int_list(v, call, name, length=comm.size, hi=MAX_COUNT, error=args.hccl_para)
     send_n = max([d + c for d, c in zip(tables["sdispls"], tables["send_counts"])] + [0])
     recv_n = max([d + c for d, c in zip(tables["rdispls"], tables["recv_counts"])] + [0])
     if send_n and recv_n:
@@ -187,7 +188,7 @@ def all_to_all_v(send, send_counts, sdispls, send_type, recv, recv_counts, rdisp
 
 def _no_overlap(send, recv, nbytes, call) -> None:
     """all_to_all reads peers' send blocks while writing recv: the two must not share memory."""
-    if isinstance(send, int) and isinstance(recv, int) and nbytes and send < recv + nbytes and recv < send + nbytes:
+    if args.is_int(send) and args.is_int(recv) and nbytes and send < recv + nbytes and recv < send + nbytes:
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: send {send:#x} and recv {recv:#x} overlap; in-place "
                                                 f"{call} is not supported (use separate buffers)")
 
@@ -228,11 +229,15 @@ def recv(buf, count, dtype, src, comm, stream=None) -> None:
 def batch_send_recv(items, comm, stream=None) -> None:
     """Items are (HCCL_SEND|HCCL_RECV, buf, count, dtype, remote_rank) tuples or dicts with those keys."""
     conv = []
-    for it in items:
-        if isinstance(it, dict):
-            it = (it["type"], it["buf"], it["count"], it["dtype"], it["remote_rank"])
+    keys = ("type", "buf", "count", "dtype", "remote_rank")
+    for i, it in enumerate(args.sequence(items, "batch_send_recv", "items", error=args.hccl_para)):
+        if isinstance(it, dict) and all(k in it for k in keys):
+            it = tuple(it[k] for k in keys)
+        if not isinstance(it, (list, tuple)) or len(it) != 5:
+            raise HcclError(HcclResult.HCCL_E_PARA, f"batch_send_recv: item {i} {args.shown(it)} is not a "
+                                                    f"(type, buf, count, dtype, remote_rank) tuple or dict")
         kind, buf, count, dtype, remote = it
-        if kind not in (HCCL_SEND, HCCL_RECV):
+        if not args.is_int(kind) or kind not in (HCCL_SEND, HCCL_RECV):
             raise HcclError(HcclResult.HCCL_E_PARA, f"batch_send_recv: item type {kind!r} is not HCCL_SEND/HCCL_RECV")
         conv.append(("send" if kind == HCCL_SEND else "recv", buf, count, dtype, remote))
     _p2p(comm, conv, stream, "batch_send_recv")

@@ -8,6 +8,7 @@ import threading
 import uuid
 
 import rt
+from rt import args
 from rt.context import RUNTIME
 
 from . import hostpath
@@ -16,6 +17,7 @@ from .types import HcclResult
 from rt.errors import HcclError
 
 HCCL_ROOT_INFO_BYTES = 4108
+MAX_RANKS = 1 << 16
 _cluster_inits: dict[tuple[str, int], int] = {}     # (table digest, rank) -> inits so far
 _cluster_lock = threading.Lock()
 
@@ -32,9 +34,11 @@ class RootInfo:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "RootInfo":
-        if not isinstance(data, (bytes, bytearray)) or not bytes(data).startswith(b"npusim-root:"):
+        raw = bytes(data) if isinstance(data, (bytes, bytearray)) else b""
+        ident = raw[12:].rstrip(b"\0")
+        if not raw.startswith(b"npusim-root:") or not ident or not ident.isalnum() or len(ident) > 64:
             raise HcclError(HcclResult.HCCL_E_PARA, "root info bytes were not produced by hccl.get_root_info()")
-        return cls(bytes(data)[12:].rstrip(b"\0").decode())
+        return cls(ident.decode())
 
     def __eq__(self, other):
         return isinstance(other, RootInfo) and other.id == self.id
@@ -121,7 +125,7 @@ def get_root_info() -> RootInfo:
 
 
 def _check_rank(nranks, rank, call):
-    if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
+    if isinstance(nranks, bool) or not isinstance(nranks, int) or not 1 <= nranks <= MAX_RANKS:
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: nranks must be an int >= 1, got {nranks!r}")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < nranks:
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: rank {rank!r} is outside [0, {nranks})")
@@ -149,7 +153,7 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
 
 def comm_init_all(devices) -> list[Communicator]:
     """One process, several cards: a communicator over ``devices`` (rank i on devices[i])."""
-    devices = list(devices)
+    devices = args.int_list(devices, "comm_init_all", "devices", hi=1 << 16, error=args.hccl_para)
     if not devices or len(set(devices)) != len(devices):
         raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_all: devices {devices} must be non-empty and distinct")
     for d in devices:
@@ -210,14 +214,15 @@ def create_sub_comm(comm: Communicator, rank_ids, sub_comm_id: int, sub_rank: in
     _check_comm(comm, "create_sub_comm")
     if rank_ids is None:
         return None
-    ids = list(rank_ids)
+    ids = args.int_list(rank_ids, "create_sub_comm", "rank_ids", error=args.hccl_para)
+    sub_comm_id = args.integer(sub_comm_id, "create_sub_comm", "sub_comm_id", hi=(1 << 32) - 1, error=args.hccl_para)
     if sorted(set(ids)) != ids or not ids or ids[0] < 0 or ids[-1] >= comm.size:
         raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: rank_ids {ids} must be ascending, distinct ranks "
                                                 f"of comm '{comm.id}' (size {comm.size})")
     if comm.rank not in ids:
         raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: rank {comm.rank} is not in rank_ids {ids}; "
                                                 f"non-members pass rank_ids=None")
-    if sub_rank != ids.index(comm.rank):
+    if not args.is_int(sub_rank) or sub_rank != ids.index(comm.rank):
         raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: sub_rank {sub_rank} but global rank {comm.rank} "
                                                 f"is at index {ids.index(comm.rank)} of rank_ids")
     return _init(comm.ctx, f"{comm.id}_sub_{sub_comm_id}", len(ids), sub_rank, "create_sub_comm")

@@ -80,6 +80,7 @@ C_NAMES: dict[str, enum.IntEnum] = {m.name: m for m in HcclResult}
 C_NAMES.update({f"HCCL_DATA_TYPE_{m.name}": m for m in HcclDataType})
 C_NAMES.update({f"HCCL_REDUCE_{m.name}": m for m in HcclReduceOp})
 globals().update(C_NAMES)
+__all__ = ["HcclResult", "HcclDataType", "HcclReduceOp", "hccl_dtype", "np_dtype", "reduce_op", *C_NAMES]
 
 _TO_NP = {
     HcclDataType.INT8: np.dtype(np.int8),

@@ -14,7 +14,7 @@ import traceback
 
 import numpy as np
 
-from . import errors
+from . import args, errors
 from .constants import HBM, AclErrorCode as E, MemAttr, MemcpyKind
 from .context import RUNTIME, Context
 from .errors import AclError
@@ -122,10 +122,9 @@ def reset_device_force(device: int) -> None:
 
 def get_mem_info(attr=HBM) -> tuple[int, int]:
     """(free, total) bytes of the current device's memory."""
-    try:
-        MemAttr(int(attr))
-    except ValueError:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"get_mem_info: unknown memory attribute {attr!r}") from None
+    if not args.is_int(attr) or int(attr) not in MemAttr._value2member_map_:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"get_mem_info: unknown memory attribute {args.shown(attr)} "
+                                                  f"(expected an aclrtMemAttr 0..{max(MemAttr)})")
     ctx = RUNTIME.require_current("get_mem_info")
     free, total = ctx.client.call("mem_info")
     return free, total
@@ -141,7 +140,7 @@ def device_can_access_peer(device: int, peer: int) -> bool:
 def device_enable_peer_access(peer: int, flags: int = 0) -> None:
     ctx = RUNTIME.require_current("device_enable_peer_access")
     RUNTIME.physical(peer)
-    if flags != 0:
+    if not args.is_int(flags) or flags != 0:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"device_enable_peer_access: flags must be 0, got {flags!r}")
     if peer == ctx.device:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"device_enable_peer_access: peer {peer} is the current device")
@@ -187,9 +186,13 @@ def current_card():
 def malloc(size: int, policy: int = 0) -> int:
     """Device memory on the current device; returns its address (an int)."""
     ctx = RUNTIME.require_current("malloc")
-    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"malloc: size must be a positive int, got {size!r}")
-    ptr = ctx.client.call("malloc", int(size), int(policy))
+    if not args.is_int(size) or size <= 0:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"malloc: size must be a positive int, got {args.shown(size)}")
+    if size > args.INT64_MAX:
+        raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, f"malloc: out of memory: requested {int(size)} bytes, "
+                                                         f"far beyond the card's {RUNTIME.cfg.hbm_bytes}-byte capacity")
+    policy = args.integer(policy, "malloc", "policy", hi=(1 << 32) - 1)
+    ptr = ctx.client.call("malloc", int(size), policy)
     ctx.devmap.add(ptr, int(size))
     return ptr
 
@@ -265,6 +268,9 @@ def _host_bytes(obj, call, arg, writable):
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {arg} is bytes, which is read-only; "
                                                   f"use a bytearray, numpy array or HostBuffer")
     if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject:
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {arg} numpy array of dtype {obj.dtype} holds Python "
+                                                      f"objects, not bytes; copy numeric arrays only")
         if not obj.flags.c_contiguous:
             raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {arg} numpy array must be C-contiguous")
         if writable and not obj.flags.writeable:
@@ -309,6 +315,14 @@ class _Staging:
         with self.lock:
             self.free.setdefault(buf.nbytes, []).append(buf)
 
+    def release(self) -> None:
+        """The context is gone: unmap the pooled buffers (a copy still using one keeps its own)."""
+        with self.lock:
+            pools, self.free = self.free, {}
+        for bucket in pools.values():
+            for buf in bucket:
+                buf.release()
+
 
 def _staging(ctx: Context) -> _Staging:
     st = getattr(ctx, "staging", None)
@@ -317,18 +331,24 @@ def _staging(ctx: Context) -> _Staging:
     return st
 
 
+_HOST_TYPES = (np.ndarray, bytes, bytearray, memoryview, HostBuffer)
+
+
 def _infer_kind(dst, src, kind, call):
     for arg, x in (("dst", dst), ("src", src)):
         if isinstance(x, int) and not isinstance(x, bool) and not _is_device(x):
             _device_where(x, call, arg)          # a plain int is meant as an address: name it as a bad one
+        if not isinstance(x, int) and not isinstance(x, _HOST_TYPES) or isinstance(x, bool):
+            raise AclError(E.ACL_ERROR_INVALID_PARAM,
+                           f"{call}: {arg} {args.shown(x)} is neither a device address (int) nor a host buffer "
+                           f"(numpy array, bytes, bytearray, memoryview or HostBuffer)")
     dst_dev, src_dev = _is_device(dst), _is_device(src)
     actual = {(False, True): MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE, (True, False): MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST,
               (True, True): MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE, (False, False): MemcpyKind.ACL_MEMCPY_HOST_TO_HOST}[
         (src_dev, dst_dev)]
-    try:
-        kind = MemcpyKind(int(kind))
-    except ValueError:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: unknown copy kind {kind!r} (expected 0..7)") from None
+    if not args.is_int(kind) or int(kind) not in MemcpyKind._value2member_map_:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: unknown copy kind {args.shown(kind)} (expected 0..7)")
+    kind = MemcpyKind(int(kind))
     accepted = {MemcpyKind.ACL_MEMCPY_DEFAULT: actual,
                 MemcpyKind.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE,
                 MemcpyKind.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE,
@@ -343,8 +363,8 @@ def _infer_kind(dst, src, kind, call):
 
 def _check_counts(call, dst_max, count):
     for name, v in (("count", count), ("dst_max", dst_max)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {name} must be a non-negative int, got {v!r}")
+        if not args.is_int(v) or not 0 <= v <= args.INT64_MAX:
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {name} must be a non-negative int, got {args.shown(v)}")
     if count > dst_max:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: count {count} exceeds dst_max {dst_max}")
 
@@ -532,7 +552,7 @@ def destroy_stream(stream: Stream) -> None:
     st = _stream(stream, "destroy_stream")
     if st.id == 0:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, "destroy_stream: the default stream cannot be destroyed")
-    st.ctx.client.call("stream_destroy", st.id)
+    st.ctx.client.retire_stream(st.id)
     st.destroyed = True
 
 
@@ -547,7 +567,7 @@ def synchronize_stream(stream=None) -> None:
 def synchronize_stream_with_timeout(stream, timeout_ms: int) -> None:
     """As synchronize_stream, but raises 507046 after ``timeout_ms`` (-1: no limit, 0: check now)."""
     st = _stream(stream, "synchronize_stream_with_timeout")
-    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < -1:
+    if not args.is_int(timeout_ms) or not -1 <= timeout_ms < 1 << 31:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"synchronize_stream_with_timeout: timeout {timeout_ms!r} must be "
                                                   f"-1, 0 or a positive number of milliseconds")
     if timeout_ms == -1:
@@ -654,7 +674,8 @@ def launch_callback(fn, user_data=None, block=True, stream=None) -> None:
     """Run ``fn(user_data)`` on a host thread of this process once prior work on the stream is done;
     a blocking callback holds the stream until it returns."""
     if not callable(fn):
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"launch_callback: fn {fn!r} is not callable")
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"launch_callback: fn {args.shown(fn)} is not callable")
+    block = args.flag(block, "launch_callback", "block")
     st = _stream(stream, "launch_callback")
     cb = next(_tokens)
     st.ctx.callbacks[cb] = (fn, user_data)

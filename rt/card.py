@@ -53,6 +53,9 @@ class Connection:
         self.state_page = None            # Segment with [host_done, errors] per shared stream (see c_stream_share)
         self.state_slots = 0
         self.state_free: list[int] = []   # slots of destroyed streams, for reuse
+        self.orphan_errors: list[NpuError] = []   # tasks for streams that no longer exist (see Card._task)
+        self.draining: set[Stream] = set()        # destroyed streams still running what they held
+        self.bad_messages = 0
         self.closed = False
 
     def __repr__(self) -> str:
@@ -112,7 +115,7 @@ class Card:
                 del self.streams[s.id]
             for eid in [e.id for e in self.events.values() if e.owner is conn]:
                 del self.events[eid]
-        for s in mine:
+        for s in mine + list(conn.draining):
             s.close(drain=False)
         try:
             self.models.release_owner(conn.id)
@@ -141,14 +144,17 @@ class Card:
 
     # ---------------------------------------------------------------- dispatch
     def handle(self, conn: Connection, msg, fds=()) -> None:
-        """Process one message from ``conn``; never raises (errors go back to the sender)."""
+        """Process one message from ``conn``; never raises. A bad command fails that command (its reply, or
+        the next synchronize covering a task); a message that is not a command at all is dropped."""
         conn.pending_fds.extend(fds)
-        kind = msg[0]
-        if kind == TASK:
-            _, sid, name, args = msg
-            self._task(conn, sid, name, args)
+        if not (isinstance(msg, list) and len(msg) == 4 and msg[0] in (CALL, TASK) and type(msg[1]) is int
+                and isinstance(msg[2], str) and isinstance(msg[3], list)):
+            conn.bad_messages += 1          # not from our client (garbage on the socket): nobody to answer
             return
-        _, req, name, args = msg
+        kind, tag, name, args = msg
+        if kind == TASK:
+            self._task(conn, tag, name, args)
+            return
         try:
             fn = getattr(self, "c_" + name, None)
             if fn is None:
@@ -157,10 +163,10 @@ class Card:
         except NpuError as e:
             # Not recorded here: the host's client records it for get_recent_err_msg(); recording on
             # the card would duplicate it (in-process cards) or grow the reader thread's text forever.
-            conn.send([req, False, errors.to_wire(e)])
+            conn.send([tag, False, errors.to_wire(e)])
             return
         except Exception as e:  # bad arguments from a client must never crash the card
-            conn.send([req, False, errors.to_wire(AclError(E.ACL_ERROR_RT_PARAM_INVALID,
+            conn.send([tag, False, errors.to_wire(AclError(E.ACL_ERROR_RT_PARAM_INVALID,
                                                              f"{name}: bad request: {type(e).__name__}: {e}"))])
             return
         if result is DEFERRED:
@@ -168,16 +174,22 @@ class Card:
         if isinstance(result, tuple) and len(result) in (2, 3) and result[0] is _WITH_FDS:
             value, fds_out = result[1]
             try:
-                conn.send([req, True, value], fds_out)
+                conn.send([tag, True, value], fds_out)
             finally:
                 if len(result) == 3 and result[2] == "close":    # fds obtained just for this reply
                     for fd in fds_out:
                         os.close(fd)
             return
-        conn.send([req, True, result])
+        conn.send([tag, True, result])
 
     def _task(self, conn: Connection, sid: int, name: str, args) -> None:
-        stream = self._stream(conn, sid)
+        try:
+            stream = self._stream(conn, sid)
+        except NpuError as e:
+            # No such stream (destroyed while another host thread enqueued on it): the task cannot run
+            # anywhere in order, so its error waits for the context's next synchronize_device.
+            conn.orphan_errors.append(type(e)(e.code, f"task {name} on stream {sid}: {e.message}"))
+            return
         label = f"{name}#{stream.enqueued + 1}"
         try:
             prep = getattr(self, "t_" + name, None)
@@ -185,13 +197,13 @@ class Card:
                 raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"unknown card task {name!r}")
             fn = prep(conn, stream, *args)
         except NpuError as e:
-            stream.push_error(label, e, host=True)
-            return
+            fn = _raiser(e)
         except Exception as e:
-            stream.push_error(label, AclError(E.ACL_ERROR_RT_PARAM_INVALID,
-                                              f"{name}: bad request: {type(e).__name__}: {e}"), host=True)
-            return
-        stream.push(Task(label, fn, host=True))
+            fn = _raiser(AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{name}: bad request: {type(e).__name__}: {e}"))
+        try:
+            stream.push(Task(label, fn, host=True))
+        except NpuError as e:             # the stream closed between the lookup and the push
+            conn.orphan_errors.append(type(e)(e.code, f"task {label}: {e.message}"))
 
     def reply_later(self, conn: Connection, req: int, error: NpuError | None = None, value=None) -> None:
         if conn.closed:
@@ -276,7 +288,7 @@ class Card:
 
     def c_free(self, conn, ptr):
         with self._lock:
-            streams = list(self.streams.values())
+            streams = list(self.streams.values()) + [d for c in self.conns.values() for d in c.draining]
         pending = [s.busy_until(s.enqueued) for s in streams if not s.idle()]
         busy = (lambda: any(p() for p in pending)) if pending else None
         self.memory.free(ptr, owner=conn.id, busy=busy)
@@ -320,7 +332,12 @@ class Card:
         slot = s.unshare_state()          # before reuse: the draining worker must not publish into it
         if slot >= 0:
             conn.state_free.append(slot)
-        threading.Thread(target=s.close, daemon=True).start()   # drains its queue, then stops
+        conn.draining.add(s)              # synchronize_device still covers what it holds
+
+        def drain():
+            s.close()
+            conn.draining.discard(s)
+        threading.Thread(target=drain, name=f"npu-drain-{sid}", daemon=True).start()
 
     def c_stream_query(self, conn, sid):
         s = self._stream(conn, sid)
@@ -357,9 +374,11 @@ class Card:
         return DEFERRED
 
     def c_device_sync(self, conn, req):
+        """Reply once every stream of the connection — also destroyed ones still draining — got here."""
         with self._lock:
             mine = [s for s in self.streams.values() if s.owner is conn]
-        left = [len(mine)]
+        draining = list(conn.draining)
+        left = [len(mine) + len(draining)]
         lock = threading.Lock()
 
         def one_done():
@@ -367,13 +386,23 @@ class Card:
                 left[0] -= 1
                 last = left[0] == 0
             if last:
-                errs = [e for e in (s.take_errors() for s in mine) if e is not None]
+                errs = [e for e in (s.take_errors() for s in mine + draining) if e is not None]
+                orphans, conn.orphan_errors = conn.orphan_errors, []
+                errs += orphans
                 self.reply_later(conn, req, errs[0] if errs else None)
 
-        if not mine:
+        if not left[0]:
+            orphans, conn.orphan_errors = conn.orphan_errors, []
+            if orphans:
+                raise orphans[0]
             return None
         for s in mine:
-            s.push(Task("synchronize_device", one_done))
+            try:
+                s.push(Task("synchronize_device", one_done))
+            except NpuError:                  # destroyed meanwhile: it reports when drained
+                s.when_drained(one_done)
+        for s in draining:
+            s.when_drained(one_done)
         return DEFERRED
 
     def c_event_create(self, conn):
@@ -615,6 +644,13 @@ class Card:
 
 
 _WITH_FDS = object()
+
+
+def _raiser(exc: NpuError):
+    """A task body that fails with ``exc`` when the stream reaches it (validation failed at enqueue)."""
+    def fail():
+        raise exc
+    return fail
 
 
 def _close_map(mm: mmap.mmap) -> None:

@@ -176,7 +176,9 @@ class CardServer:
                 conn.pending_fds.extend(fds)
                 for m in msgs:
                     self.card.handle(conn, m)
-        except (OSError, ValueError):
+        except Exception:
+            # The process went away (OSError) or sent bytes that are not our protocol (msgpack errors):
+            # either way this connection ends here, quietly; Card.handle itself never raises.
             pass
         finally:
             self.card.disconnect(conn)

@@ -43,6 +43,7 @@ class CardClient:
         self.handlers: dict[str, Callable] = {}   # notification kind -> fn(payload)
         self.lost = False
         self._submitted: dict[int, int] = {}      # stream id -> tasks submitted to it
+        self._retired: set[int] = set()           # destroyed stream ids (never reused by the card)
         self._order: dict[int, threading.RLock] = {}   # stream id -> held while a task is being placed
         self._state = None                        # int64 view of the card's shared stream-state page
         self._slots: dict[int, int | None] = {}   # stream id -> slot in that page (None: not shared)
@@ -54,10 +55,14 @@ class CardClient:
         req = msg[0]
         if req == 0:
             handler = self.handlers.get(msg[1])
-            if handler is not None:
-                handler(msg[2])
-            for fd in fds:
-                os.close(fd)
+            try:
+                if handler is not None:
+                    handler(msg[2])
+            except Exception as e:      # a host-side completion failed: report it, keep the channel
+                errors.record_error_message(f"{self.name}: {msg[1]} notification failed: {type(e).__name__}: {e}")
+            finally:
+                for fd in fds:
+                    os.close(fd)
             return
         with self._lock:
             w = self._waiters.pop(req, None)
@@ -85,16 +90,29 @@ class CardClient:
             self.transport.send(msg, fds)
         except OSError as e:
             raise AclError(E.ACL_ERROR_RT_SOCKET_CLOSE, f"cannot reach {self.name}: {e}") from None
+        except (TypeError, ValueError, OverflowError) as e:     # the wire encoder refused an argument
+            raise AclError(E.ACL_ERROR_INVALID_PARAM,
+                           f"{msg[2]}: an argument cannot be sent to {self.name} ({type(e).__name__}: {e})") from None
 
     def submit(self, stream_id: int, name: str, *args) -> None:
         """Enqueue a task on a card stream; returns at once (errors surface at the next synchronize)."""
         with self.stream_order(stream_id):
+            if stream_id in self._retired:
+                raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE,
+                               f"{name}: stream {stream_id} on {self.name} was destroyed (by another thread?)")
             self._submitted[stream_id] = self._submitted.get(stream_id, 0) + 1
             try:
                 self._send([TASK, stream_id, name, list(args)])
             except BaseException:
                 self._submitted[stream_id] -= 1
                 raise
+
+    def retire_stream(self, stream_id: int) -> None:
+        """Destroy ``stream_id`` on the card; enqueues racing with it from other threads fail at once (107017)
+        instead of reaching a stream that no longer exists."""
+        with self.stream_order(stream_id):
+            self.call("stream_destroy", stream_id)
+            self._retired.add(stream_id)
 
     # -- stream progress without a round trip -------------------------------------------------
     def stream_order(self, stream_id: int):

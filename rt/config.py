@@ -9,9 +9,11 @@ from pathlib import Path
 
 from .constants import AclErrorCode
 from .errors import AclError
+from .files import FileRefused, read_regular_file
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 TOPOLOGIES = ("fullmesh", "2x4")
+MAX_CONFIG_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +31,7 @@ class Config:
     connect_timeout: float = 120.0
     buffsize_mb: int = 200
     ring_threshold_bytes: int = 0      # one node: mesh up to this size, ring above (0 = always mesh)
+    pinned_limit_bytes: int = 0        # pinned host memory (malloc_host) per process; 0 = half the host's RAM
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -47,12 +50,16 @@ _FIELDS = {  # toml [section] key -> (field, type)
     ("hccl", "connect_timeout"): ("connect_timeout", (int, float)),
     ("hccl", "buffsize_mb"): ("buffsize_mb", int),
     ("hccl", "ring_threshold_bytes"): ("ring_threshold_bytes", int),
+    ("host", "pinned_limit_bytes"): ("pinned_limit_bytes", int),
 }
 
 
 def resolve_path(config: str | os.PathLike | None) -> Path:
     """A path, a bare name from configs/ ('default', 'ascend910b'), or None → NPUSIM_CONFIG or default."""
     config = config or os.environ.get("NPUSIM_CONFIG") or "default"
+    if not isinstance(config, (str, os.PathLike)):
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM,
+                       f"config {config!r} is neither a config name nor a path to a TOML file")
     p = Path(config)
     if not p.exists() and not p.suffix:
         p = CONFIG_DIR / f"{config}.toml"
@@ -69,7 +76,9 @@ def load_config(config: str | os.PathLike | Config | None = None) -> Config:
         return config
     path = resolve_path(config)
     try:
-        doc = tomllib.loads(path.read_text())
+        doc = tomllib.loads(read_regular_file(path, MAX_CONFIG_BYTES, "config").decode())
+    except FileRefused as e:
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE, e.message) from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
         raise AclError(AclErrorCode.ACL_ERROR_PARSE_FILE, f"config {path}: not valid TOML: {e}") from None
     values: dict = {"path": str(path)}
@@ -99,6 +108,8 @@ def load_config(config: str | os.PathLike | Config | None = None) -> Config:
         problems.append("[card] segment sizes must be positive and large >= small")
     if cfg.num_cpus < 1 or cfg.object_store_bytes < 75 << 20:
         problems.append("[ray] num_cpus must be >= 1 and object_store_bytes >= 75 MiB")
+    if cfg.pinned_limit_bytes < 0:
+        problems.append(f"[host] pinned_limit_bytes = {cfg.pinned_limit_bytes} (expected >= 0; 0 = half the RAM)")
     if cfg.exec_timeout < 0 or cfg.connect_timeout < 0:
         problems.append("[hccl] timeouts must be >= 0")
     if problems:

@@ -16,6 +16,7 @@ from .client import CardClient
 from .config import Config, load_config
 from .constants import AclErrorCode as E
 from .errors import AclError
+from .hostmem import PINNED
 from .hostview import DeviceMap
 
 
@@ -72,6 +73,7 @@ class Runtime:
             self.backend = backends.choose(self.cfg, address=address, backend=backend)
             self.node = self.backend.node
             self.visible = parse_visible(os.environ.get("ASCEND_RT_VISIBLE_DEVICES"), self.cfg.cards_per_node)
+            PINNED.limit = self.cfg.pinned_limit_bytes
             self.initialized = True
 
     def finalize(self) -> None:
@@ -123,6 +125,9 @@ class Runtime:
         ctx.destroyed = True
         ctx.client.close()
         ctx.devmap.close()
+        staging = getattr(ctx, "staging", None)
+        if staging is not None:
+            staging.release()
         jobs = getattr(ctx, "callback_jobs", None)
         if jobs is not None:
             jobs.put(None)              # stop the context's callback thread (it would wait forever)

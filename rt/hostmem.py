@@ -11,28 +11,75 @@ import ctypes
 import itertools
 import mmap
 import os
+import threading
 
 import numpy as np
 
 from .constants import AclErrorCode
 from .errors import AclError
+from .segment import check_host_memory
 
 _ids = itertools.count(1)
+
+
+class PinnedBudget:
+    """How much pinned host memory this process may hold: ``limit`` bytes (the config's
+    ``[host] pinned_limit_bytes``; 0 = half of the machine's RAM), never more than the host has free."""
+
+    def __init__(self):
+        self.limit = 0
+        self.in_use = 0
+        self._lock = threading.Lock()
+
+    def effective_limit(self) -> int:
+        if self.limit:
+            return self.limit
+        import psutil
+        return psutil.virtual_memory().total // 2
+
+    def reserve(self, size: int, what: str) -> None:
+        with self._lock:
+            limit = self.effective_limit()
+            if self.in_use + size > limit:
+                raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION,
+                               f"{what}: {size} bytes of pinned host memory requested; this process holds "
+                               f"{self.in_use} of its {limit}-byte limit ([host] pinned_limit_bytes of the config)")
+            check_host_memory(size, what)
+            self.in_use += size
+
+    def release(self, size: int) -> None:
+        with self._lock:
+            self.in_use = max(0, self.in_use - size)
+
+
+PINNED = PinnedBudget()
 
 
 class HostBuffer(mmap.mmap):
     """A pinned host buffer returned by ``rt.malloc_host``; free it with ``rt.free_host``."""
 
     def __new__(cls, size: int):
-        if not isinstance(size, int) or size <= 0:
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
             raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, f"malloc_host: size {size!r} must be a positive int")
-        fd = os.memfd_create(f"npusim-host-{os.getpid()}", os.MFD_CLOEXEC)
+        size = int(size)
+        PINNED.reserve(size, "malloc_host")
+        try:
+            fd = os.memfd_create(f"npusim-host-{os.getpid()}", os.MFD_CLOEXEC)
+        except OSError as e:
+            PINNED.release(size)
+            raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION, f"malloc_host: {size} bytes: {e}") from None
         try:
             os.ftruncate(fd, size)
             os.posix_fallocate(fd, 0, size)   # pre-fault: first touch of fresh pages is ~40x slower
             self = super().__new__(cls, fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as e:
+            os.close(fd)
+            PINNED.release(size)
+            raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION,
+                           f"malloc_host: cannot back {size} bytes of pinned memory: {e}") from None
         except BaseException:
             os.close(fd)
+            PINNED.release(size)
             raise
         self.fd = fd
         self.id = next(_ids) | (os.getpid() << 32)
@@ -49,6 +96,7 @@ class HostBuffer(mmap.mmap):
         if self.freed:
             raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_FREE, f"free_host: host buffer {self.id:#x} freed twice")
         self.freed = True
+        PINNED.release(self.nbytes)
         try:
             self.close()
         except BufferError:
@@ -57,6 +105,14 @@ class HostBuffer(mmap.mmap):
             os.close(self.fd)
         except OSError:
             pass
+
+    def __del__(self):
+        # Dropped without free_host: give the fd and the pinned budget back (the pages go with the mapping).
+        if not getattr(self, "freed", True):
+            try:
+                self.release()
+            except Exception:  # noqa: BLE001 - never raise from a finalizer
+                pass
 
     def __repr__(self) -> str:
         state = "freed" if self.freed else f"{self.nbytes} bytes"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import args
 from .constants import AclErrorCode
 from .errors import AclError
 from .kernels import library  # noqa: F401  (registers the built-in ops)
@@ -39,7 +40,20 @@ def _wire_attr(value):
     return value
 
 
+def _spec(opdef: OpDef, t, what: str) -> TensorSpec:
+    """The TensorSpec of a tensor argument (anything with ``shape`` and ``dtype``, as rt.Tensor)."""
+    try:
+        return TensorSpec(tuple(t.shape), t.dtype)
+    except (AttributeError, TypeError, ValueError):
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM,
+                       f"{opdef.snake}: {what} is {args.shown(t)}, expected an rt.Tensor") from None
+
+
 def _check_out(opdef: OpDef, out, specs: list[TensorSpec]) -> list:
+    if not isinstance(out, (list, tuple)):
+        out = [out]
+    for i, t in enumerate(out):
+        _spec(opdef, t, f"out[{i}]")
     out = list(out)
     if len(out) != len(specs):
         raise AclError(AclErrorCode.ACL_ERROR_OP_OUTPUT_NOT_MATCH,
@@ -57,7 +71,7 @@ def _make(opdef: OpDef):
         import rt  # lazily: rt/__init__ imports this module
 
         attrs = {k: _wire_attr(v) for k, v in attrs.items()}
-        specs = [TensorSpec(tuple(t.shape), t.dtype) for t in inputs]
+        specs = [_spec(opdef, t, f"input {i}") for i, t in enumerate(inputs)]
         out_specs = infer(opdef.name, specs, attrs)
         if out is not None:
             outputs = _check_out(opdef, out, out_specs)

@@ -32,6 +32,7 @@ class Segment:
 
     def __init__(self, size: int, *, name: str = "npusim", prefault: bool = True):
         _check_size(size, "Segment")
+        check_host_memory(size, f"Segment {name!r}")
         fd = os.memfd_create(name, os.MFD_CLOEXEC)
         try:
             os.ftruncate(fd, size)
@@ -119,6 +120,23 @@ class Segment:
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"fd={self.fd}"
         return f"Segment(id={self.id}, size={self.size}, {state})"
+
+
+def host_headroom(total: int) -> int:
+    """Host memory npusim never takes for segments: the rest of the machine must keep running."""
+    return max(256 << 20, total // 20)
+
+
+def check_host_memory(nbytes: int, what: str) -> None:
+    """Refuse (207001, naming the numbers) a segment the host cannot back: pre-faulting it would have the
+    kernel's OOM killer end the process instead of an error."""
+    import psutil
+    vm = psutil.virtual_memory()
+    if nbytes > vm.available - host_headroom(vm.total):
+        raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION,
+                       f"{what}: {nbytes} bytes requested, but the host has only {vm.available} bytes of memory "
+                       f"available (of {vm.total}; {host_headroom(vm.total)} are kept free for the rest of the "
+                       f"machine)")
 
 
 def _check_size(size, where: str) -> None:

@@ -40,6 +40,8 @@ class Stream:
         self.completed = 0                  # tasks finished (ok or failed)
         self.errors: list[NpuError] = []
         self.closed = False
+        self.draining = False               # destroyed: runs what it holds, takes nothing new
+        self._drained: list[Callable[[], None]] = []
         self.host_done = 0                  # host-enqueued tasks finished
         self.state = None                   # [host_done, pending errors] in memory the host maps (or None)
         self.state_slot = -1
@@ -52,19 +54,13 @@ class Stream:
     def push(self, task: Task) -> int:
         """Enqueue; returns the task's 1-based sequence number on this stream."""
         with self._cv:
-            if self.closed:
+            if self.closed or self.draining:
                 raise AclError(AclErrorCode.ACL_ERROR_RT_INVALID_HANDLE,
                                f"stream {self.id} on {self.where} is destroyed")
             self.enqueued += 1
             self._tasks.append(task)
             self._cv.notify()
             return self.enqueued
-
-    def push_error(self, label: str, exc: NpuError, host: bool = False) -> None:
-        """A task that failed validation at enqueue: report it in stream order, at the next sync."""
-        def fail():
-            raise exc
-        self.push(Task(label, fail, host))
 
     def unshare_state(self) -> int:
         """Stop publishing (the stream is being destroyed); returns the slot it used (-1: none)."""
@@ -112,13 +108,26 @@ class Stream:
             return True
 
     def close(self, drain: bool = True, timeout: float = 30.0) -> None:
-        """Stop the worker (after the queued tasks when ``drain``)."""
+        """Stop the worker (after the queued tasks when ``drain``); then run the ``when_drained`` callbacks."""
+        with self._cv:
+            self.draining = True            # nothing new: the count below is final
         if drain:
             self.wait_seq(self.enqueued, timeout)
         with self._cv:
             self.closed = True
             self._tasks.clear()
             self._cv.notify_all()
+            callbacks, self._drained = self._drained, []
+        for cb in callbacks:
+            cb()
+
+    def when_drained(self, cb: Callable[[], None]) -> None:
+        """Call ``cb`` once the stream has closed (now, if it has)."""
+        with self._cv:
+            if not self.closed:
+                self._drained.append(cb)
+                return
+        cb()
 
     # -- the worker ---------------------------------------------------------------------------
     def _run(self) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from . import api
+from . import api, args
 from .constants import AclErrorCode as E, MemcpyKind, np_dtype
 from .context import RUNTIME
 from .errors import AclError
@@ -18,12 +20,10 @@ class Tensor:
 
     def __init__(self, ptr: int, shape, dtype, *, owns: bool = False, ctx=None):
         if decode_addr(ptr) is None:
-            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"Tensor: {ptr!r} is not a device address")
-        self.ptr = ptr
-        self.shape = tuple(int(d) for d in shape)
-        if any(d < 0 for d in self.shape):
-            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"Tensor: negative dimension in shape {self.shape}")
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"Tensor: {args.shown(ptr)} is not a device address")
+        self.ptr = int(ptr)
         self.dtype = np_dtype(dtype)
+        self.shape = check_shape(shape, "Tensor", self.dtype)
         self.owns = owns
         self.ctx = ctx or RUNTIME.current
         self._freed = False
@@ -78,6 +78,7 @@ class Tensor:
 
     def view(self, shape=None, dtype=None, offset: int = 0) -> "Tensor":
         """Another Tensor over the same memory (no copy): reshape, reinterpret or offset in bytes."""
+        offset = args.integer(offset, "Tensor.view", "offset", hi=max(self.nbytes, 0))
         t = Tensor(self.ptr + offset, self.shape if shape is None else shape,
                    self.dtype if dtype is None else dtype, ctx=self.ctx)
         if offset < 0 or offset + t.nbytes > self.nbytes:
@@ -105,11 +106,31 @@ class Tensor:
         return f"Tensor(ptr={self.ptr:#x}, shape={self.shape}, dtype={self.dtype})"
 
 
+MAX_DIMS = 32
+
+
+def check_shape(shape, call: str, dtype: np.dtype) -> tuple[int, ...]:
+    """A shape as a tuple of non-negative ints (an int alone is one dim) whose bytes fit a 64-bit size."""
+    dims = [shape] if args.is_int(shape) else shape
+    if isinstance(dims, np.ndarray) and dims.ndim == 1 and dims.dtype.kind in "iu":
+        dims = dims.tolist()
+    if not isinstance(dims, (list, tuple)) or len(dims) > MAX_DIMS or \
+            not all(args.is_int(d) and 0 <= d <= args.INT64_MAX for d in dims):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: shape {args.shown(shape)} is not a list of at most "
+                                                  f"{MAX_DIMS} non-negative ints")
+    dims = tuple(int(d) for d in dims)
+    nbytes = math.prod(dims) * dtype.itemsize
+    if nbytes > args.INT64_MAX:
+        raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, f"{call}: shape {dims} of {dtype} holds {nbytes} bytes, "
+                                                         f"beyond any card")
+    return dims
+
+
 def empty(shape, dtype="float32") -> Tensor:
     """An uninitialised tensor on the current device."""
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     dt = np_dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    shape = check_shape(shape, "empty", dt)
+    n = math.prod(shape) * dt.itemsize
     return Tensor(api.malloc(max(n, 1)), shape, dt, owns=True)
 
 
@@ -152,6 +173,8 @@ def kernel(arg=None):
     """Register a Python kernel: ``@rt.kernel`` or ``@rt.kernel("name")``."""
     if callable(arg):
         return KernelFunction(arg)
+    if arg is not None and (not isinstance(arg, str) or not arg):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"kernel: {args.shown(arg)} is neither a function nor a kernel name")
 
     def wrap(fn):
         return KernelFunction(fn, arg)
@@ -161,6 +184,10 @@ def kernel(arg=None):
 def launch_kernel(op, inputs, outputs, attrs=None, stream=None) -> None:
     """Enqueue kernel ``op`` (a built-in name or an ``@rt.kernel``) on ``stream``; returns at once."""
     st = api._stream(stream, "launch_kernel")
+    inputs = args.sequence(inputs, "launch_kernel", "inputs")
+    outputs = args.sequence(outputs, "launch_kernel", "outputs")
+    if attrs is not None and not isinstance(attrs, dict):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"launch_kernel: attrs must be a dict, got {args.shown(attrs)}")
     attrs = dict(attrs or {})
     for role, ts in (("input", inputs), ("output", outputs)):
         for i, t in enumerate(ts):
@@ -186,5 +213,6 @@ def launch_kernel(op, inputs, outputs, attrs=None, stream=None) -> None:
 
 def sleep_kernel(seconds: float, stream=None) -> None:
     """Occupy ``stream`` on the card for ``seconds`` (a stand-in for a long kernel in tests and demos)."""
+    seconds = args.number(seconds, "sleep_kernel", "seconds", hi=86400.0)
     st = api._stream(stream, "sleep_kernel")
-    st.ctx.client.submit(st.id, "sleep", float(seconds))
+    st.ctx.client.submit(st.id, "sleep", seconds)

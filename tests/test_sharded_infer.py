@@ -145,8 +145,22 @@ def test_batch_sharded_equals_unsharded(rt_local, world, batch, gears):
         assert out.shape == ref.shape
         np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
     if gears is None:
+        # The whole batch on one card is a different GEMM (7 rows instead of 3 + 3 + 1): BLAS may block
+        # and sum it differently, so only a tolerance holds (measured: 2.9e-6 apart on some CPUs).
         for out, one in zip(got, _unsharded(rt_local, data, xv)):
-            assert np.array_equal(out, one)          # same kernels on the same rows: identical bits
+            np.testing.assert_allclose(out, one, rtol=1e-5, atol=1e-6)
+        # What is guaranteed: each rank runs the model on its own slice of the (zero-padded) batch, so the
+        # same model on one card over exactly that slice runs the same kernels on the same rows.
+        local = -(-batch // world)
+        padded = np.zeros((local * world, 16), np.float32)
+        padded[:batch] = xv
+        for r in range(world):
+            rows = slice(r * local, min((r + 1) * local, batch))
+            if rows.start >= batch:
+                continue
+            for out, one in zip(got, _unsharded(rt_local, data, padded[r * local:(r + 1) * local])):
+                n = rows.stop - rows.start
+                assert out[rows].tobytes() == one[:n].tobytes(), f"rank {r}'s rows differ from its slice alone"
 
 
 def test_batch_mode_rejects_a_batch_beyond_the_gears(rt_local):

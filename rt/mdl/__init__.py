@@ -3,10 +3,8 @@
 from .api import *  # noqa: F401,F403  (pyACL-named host functions)
 from .api import __all__ as _api_names
 from .builder import GraphBuilder, Value
-from .executor import Executor
 from .format import ModelDef, Node, ValueInfo, Weight, parse, serialize
 from .shard import ShardedModel, load_sharded, plan_tensor
-from .store import ModelStore, describe
 
-__all__ = [*_api_names, "Executor", "GraphBuilder", "ModelDef", "ModelStore", "Node", "Value", "ValueInfo",
-           "Weight", "describe", "parse", "serialize", "ShardedModel", "load_sharded", "plan_tensor"]
+__all__ = [*_api_names, "GraphBuilder", "ModelDef", "Node", "Value", "ValueInfo", "Weight", "parse", "serialize",
+           "ShardedModel", "load_sharded", "plan_tensor"]

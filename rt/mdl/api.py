@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 
+from .. import args
 from ..constants import AclErrorCode, Format
 from ..errors import AclError
 from . import format as fmt
@@ -46,9 +47,14 @@ class ModelDesc:
         return f"ModelDesc(id={self.model_id}, name={self.name!r}, inputs={len(self.inputs)}, outputs={len(self.outputs)})"
 
 
-def _io(desc: ModelDesc, i, which: str, what: str) -> dict:
+def _desc(desc, what: str) -> ModelDesc:
     if not isinstance(desc, ModelDesc):
-        raise AclError(INVALID, f"{what}: {desc!r} is not a model desc (use get_desc(model_id))")
+        raise AclError(INVALID, f"{what}: {args.shown(desc)} is not a model desc (use get_desc(model_id))")
+    return desc
+
+
+def _io(desc: ModelDesc, i, which: str, what: str) -> dict:
+    _desc(desc, what)
     items = desc.inputs if which == "input" else desc.outputs
     if not _is_index(i) or not 0 <= i < len(items):
         raise AclError(INVALID, f"{what}: index {i!r} out of range, model {desc.name!r} has {len(items)} {which}s")
@@ -65,12 +71,12 @@ def _dims(item: dict, dims) -> dict:
 
 def get_num_inputs(desc: ModelDesc) -> int:
     """Number of model inputs."""
-    return len(desc.inputs)
+    return len(_desc(desc, "get_num_inputs").inputs)
 
 
 def get_num_outputs(desc: ModelDesc) -> int:
     """Number of model outputs."""
-    return len(desc.outputs)
+    return len(_desc(desc, "get_num_outputs").outputs)
 
 
 def get_input_size_by_index(desc: ModelDesc, i: int) -> int:
@@ -132,7 +138,8 @@ def get_output_name_by_index(desc: ModelDesc, i: int) -> str:
 
 
 def get_input_index_by_name(desc: ModelDesc, name: str) -> int:
-    for i, item in enumerate(desc.inputs):
+    args.text(name, "get_input_index_by_name", "name")
+    for i, item in enumerate(_desc(desc, "get_input_index_by_name").inputs):
         if item["name"] == name:
             return i
     raise AclError(INVALID, f"get_input_index_by_name: model {desc.name!r} has no input {name!r} "
@@ -140,7 +147,8 @@ def get_input_index_by_name(desc: ModelDesc, name: str) -> int:
 
 
 def get_output_index_by_name(desc: ModelDesc, name: str) -> int:
-    for i, item in enumerate(desc.outputs):
+    args.text(name, "get_output_index_by_name", "name")
+    for i, item in enumerate(_desc(desc, "get_output_index_by_name").outputs):
         if item["name"] == name:
             return i
     raise AclError(INVALID, f"get_output_index_by_name: model {desc.name!r} has no output {name!r} "
@@ -311,7 +319,7 @@ def set_dynamic_batch_size(model_id: int, dataset: Dataset, index: int, batch: i
     if not m.shapes.batch_sizes:
         raise AclError(AclErrorCode.ACL_ERROR_MODEL_NOT_DYNAMIC,
                        f"set_dynamic_batch_size: model {m.desc.name!r} has no dynamic batch")
-    if batch not in m.shapes.batch_sizes:
+    if not args.is_int(batch) or batch not in m.shapes.batch_sizes:
         raise AclError(INVALID, f"set_dynamic_batch_size: batch {batch!r} is not one of the model's gears "
                                 f"{list(m.shapes.batch_sizes)}")
     dataset.batch = int(batch)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import os
 
 import msgpack
 import numpy as np
 
 from ..constants import _NP_TO_ACL, AclErrorCode
 from ..errors import AclError
+from ..files import FileRefused, read_regular_file
 from ..kernels import registry
 
 FORMAT_TAG = "npusim-om"
@@ -132,6 +132,9 @@ def to_document(model: ModelDef) -> dict:
 
 def serialize(model: ModelDef) -> bytes:
     """Encode a model as npusim-om bytes."""
+    if not isinstance(model, ModelDef):
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, f"serialize: {type(model).__name__} is not a ModelDef "
+                                                             f"(build one with rt.mdl.GraphBuilder)")
     return msgpack.packb(to_document(model), use_bin_type=True)
 
 
@@ -139,18 +142,18 @@ def serialize(model: ModelDef) -> bytes:
 # reading
 
 
+_READ_CODES = {"type": AclErrorCode.ACL_ERROR_INVALID_PARAM, "missing": AclErrorCode.ACL_ERROR_READ_MODEL_FAILURE,
+               "io": AclErrorCode.ACL_ERROR_READ_MODEL_FAILURE, "not_regular": AclErrorCode.ACL_ERROR_INVALID_FILE,
+               "too_large": AclErrorCode.ACL_ERROR_INVALID_FILE_SIZE}
+
+
 def read_model_file(path) -> bytes:
-    """Read a model file, refusing one larger than MAX_MODEL_BYTES before reading it."""
+    """Read a model file: a regular file of at most MAX_MODEL_BYTES (FIFOs, devices, directories and larger
+    files are refused before anything is read)."""
     try:
-        size = os.stat(path).st_size
-        if size > MAX_MODEL_BYTES:
-            raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
-                           f"load_from_file: {path!r} is {size} bytes, larger than the {MAX_MODEL_BYTES}-byte model cap")
-        with open(path, "rb") as f:
-            return f.read(MAX_MODEL_BYTES + 1)
-    except OSError as exc:
-        raise AclError(AclErrorCode.ACL_ERROR_READ_MODEL_FAILURE,
-                       f"load_from_file: cannot read model file {path!r}: {exc.strerror or exc}") from None
+        return read_regular_file(path, MAX_MODEL_BYTES, "load_from_file")
+    except FileRefused as e:
+        raise AclError(_READ_CODES[e.reason], e.message) from None
 
 
 def _no_ext(code, data):

@@ -37,6 +37,7 @@ import dataclasses
 
 import numpy as np
 
+from .. import args
 from ..constants import AclErrorCode
 from ..errors import AclError
 from ..kernels import registry
@@ -283,6 +284,9 @@ def _as_model(model) -> fmt.ModelDef:
 
 def plan_tensor(model, world: int, rank: int, *, min_shard_bytes: int = DEFAULT_MIN_SHARD_BYTES) -> RankPlan:
     """The tensor-parallel program of ``rank`` of ``world`` (pure: no cards involved)."""
+    world = args.integer(world, "plan_tensor", "world", lo=1, hi=1 << 16)
+    rank = args.integer(rank, "plan_tensor", "rank", hi=world - 1)
+    min_shard_bytes = args.integer(min_shard_bytes, "plan_tensor", "min_shard_bytes")
     model = _as_model(model)
     rw = _Rewriter(model, world, rank, min_shard_bytes)
     for node in model.nodes:
@@ -547,7 +551,7 @@ def load_sharded(model, comm, mode: str = "tensor", *, min_shard_bytes: int = DE
         raise AclError(INVALID, f"load_sharded: comm must be a live hccl Communicator or a list of them, got {comm!r}")
     if len({c.id for c in comms}) != 1 or len({c.rank for c in comms}) != len(comms):
         raise AclError(INVALID, "load_sharded: the communicators must be distinct ranks of one communicator")
-    if mode not in ("tensor", "batch"):
+    if not isinstance(mode, str) or mode not in ("tensor", "batch"):
         raise AclError(INVALID, f"load_sharded: mode {mode!r}, expected 'tensor' or 'batch'")
     if isinstance(min_shard_bytes, bool) or not isinstance(min_shard_bytes, int) or min_shard_bytes < 0:
         raise AclError(INVALID, f"load_sharded: min_shard_bytes={min_shard_bytes!r}, expected an int >= 0")
