@@ -47,10 +47,16 @@ What each rank gets
   NPUSIM_CARD_DIR         directory of this node's card sockets (how rt reaches the cards; a rank
                           is not a Ray driver)
   NPUSIM_CONFIG           the resolved config file
-  NPUSIM_RAY_ADDRESS      the Ray GCS address (fallback only; RAY_AUTH_* passed along with it)
+  NPUSIM_RAY_ADDRESS      the Ray GCS address (127.0.0.1:<port> for the embedded session), for a rank
+                          that wants to use Ray itself; RAY_AUTH_* passed along with it
   ======================  ================================================================
 
   ``hccl.init()`` builds the world communicator from this environment.
+
+  With ASCEND_RT_VISIBLE_DEVICES set (CANN's parsing: ascending ids, renumbered from 0), the job uses
+  those cards: ``--nproc`` defaults to how many are visible, local rank i runs on the i-th visible card
+  (device i in the rank, the physical id in the rank table), and asking for more ranks than visible cards
+  is refused.
 
 Output
   Every stdout/stderr line of every rank reaches launch's stdout/stderr as ``[rank<N>]:<line>``
@@ -64,7 +70,9 @@ Failures, restarts, signals
   node, exit code or signal, and the tail of its traceback taken from its stderr — no decorator
   needed) and exits 1. Ctrl-C / SIGTERM / SIGHUP to launch stop everything the same way. When
   launch returns, no rank process, node agent, card actor, Ray process it started, shared-memory
-  segment or temp file is left: ranks also die with their agent (PR_SET_PDEATHSIG).
+  segment or temp file is left: ranks also die with their agent (PR_SET_PDEATHSIG), and a reaper process
+  removes the rest even when launch itself is killed with SIGKILL (docs/security.md).
+  A script that does not compile is reported at once, before Ray or any card starts.
 
 Exit status
   0 all ranks succeeded · 1 a rank failed (or setup failed at run time) · 2 bad arguments or config ·
@@ -86,6 +94,7 @@ import tempfile
 import threading
 import time
 
+from rt import reaper
 from rt.errors import NpuError
 
 from . import ranktable
@@ -170,6 +179,7 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
     previous = _install_handlers(stop, signums) if handle_signals else {}
     deadline = time.monotonic() + rc.timeout if rc.timeout else None
     tmp = tempfile.mkdtemp(prefix="npusim-launch-")
+    reaper.path(tmp)                  # the rank table lives here: gone with us, however we end
     backend = None
     try:
         backend = _make_backend(rc)
@@ -177,7 +187,7 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
             _install_handlers(stop, signums)  # ray.init installs its own SIGTERM handler: take it back
         job_id = backend.new_job_id()
         table = ranktable.write(rc.rank_table or f"{tmp}/rank_table.json",
-                                ranktable.build(rc.nnodes, rc.nproc))
+                                ranktable.build(rc.nnodes, rc.nproc, device_ids=rc.devices))
         for attempt in range(rc.max_restarts + 1):
             status, failures, running = _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop)
             for f in failures:
@@ -196,6 +206,7 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
                 backend.close()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+            reaper.forget(tmp)
             if own_router:
                 router.close()
             for signum, handler in previous.items():
@@ -225,6 +236,9 @@ def _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop):
     return status, failures, sorted(running)
 
 
+_STOP_CODES = {-signal.SIGTERM, -signal.SIGKILL, 128 + signal.SIGTERM, 128 + signal.SIGKILL}
+
+
 def _take(results, router, attempt, running, failures, stopped_ok):
     for result in results:
         router.lines(result["lines"])
@@ -232,7 +246,10 @@ def _take(results, router, attempt, running, failures, stopped_ok):
             if ex["attempt"] != attempt:
                 continue
             running.discard(ex["rank"])
-            if ex["returncode"] != 0 and not (stopped_ok and ex["stopped"]):
+            # While we stop the group, a rank ended by our signal is not a failure; one that failed on its
+            # own (raised, exited non-zero) before the signal reached it still is.
+            stopped = stopped_ok and ex["stopped"] and ex["returncode"] in _STOP_CODES
+            if ex["returncode"] != 0 and not stopped:
                 failures.append(ex)
 
 

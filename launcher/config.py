@@ -7,11 +7,14 @@ a message naming the flag, the bad value and what was expected — never as a ha
 from __future__ import annotations
 
 import dataclasses
+import importlib.machinery
 import os
 import sys
+import traceback
 from pathlib import Path
 
 from rt.config import Config, load_config
+from rt.context import parse_visible
 from rt.constants import AclErrorCode
 from rt.errors import AclError
 
@@ -47,6 +50,7 @@ class RunConfig:
     python: str
     cwd: str
     env: dict = dataclasses.field(default_factory=dict)  # the base environment of every rank
+    devices: tuple[int, ...] = ()     # physical cards of each node the ranks use (local rank i -> devices[i])
 
     @property
     def world_size(self) -> int:
@@ -80,6 +84,9 @@ def _check_program(program: tuple[str, ...]) -> str:
     if program[0] == "-m":
         if len(program) < 2 or not program[1]:
             raise _invalid("launch -m: no module name given")
+        source = _module_file(program[1])
+        if source is not None:
+            _compile(source, f"module {program[1]!r}")
         return program[1]
     if program[0] == "-c":
         return "-c"
@@ -87,7 +94,33 @@ def _check_program(program: tuple[str, ...]) -> str:
     if not script.is_file():
         raise _invalid(f"launch: script {program[0]!r} not found (cwd {os.getcwd()}); "
                        "expected a path to a Python file, or -m module")
+    _compile(script, f"script {program[0]!r}")
     return program[0]
+
+
+def _compile(path: Path, what: str) -> None:
+    """Fail now, before Ray and the cards start, if the program cannot even be compiled."""
+    try:
+        compile(path.read_bytes(), str(path), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as e:
+        detail = "".join(traceback.format_exception_only(type(e), e)).rstrip()
+        raise _invalid(f"launch: {what} does not compile:\n{detail}") from None
+    except OSError as e:
+        raise _invalid(f"launch: cannot read {what}: {e}") from None
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file ``python -m name`` would run from the working directory, found without importing
+    anything (top-level modules and packages only; a dotted name needs its parents imported)."""
+    if "." in name:
+        return None
+    spec = importlib.machinery.PathFinder.find_spec(name, [os.getcwd(), *sys.path[1:]])
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    origin = Path(spec.origin)
+    if spec.submodule_search_locations is not None:          # a package runs its __main__
+        origin = origin.parent / "__main__.py"
+    return origin if origin.is_file() else None
 
 
 def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None, max_restarts=0,
@@ -99,10 +132,17 @@ def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None,
     if program and program[0] not in ("-m", "-c"):
         program = (str(Path(program[0]).resolve()),) + program[1:]
     hw = load_config(config)  # AclError naming the file and the bad key on a malformed config
+    base_env = dict(os.environ if env is None else env)
+    visible_text = base_env.get("ASCEND_RT_VISIBLE_DEVICES")
+    visible = parse_visible(visible_text, hw.cards_per_node)
     if nproc is None:
-        nproc = hw.cards_per_node
+        nproc = len(visible) or hw.cards_per_node
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise _invalid(f"--nproc {nproc!r}: expected a positive number of ranks per node")
+    if visible_text is not None and nproc > len(visible):
+        raise _invalid(f"--nproc {nproc}: ASCEND_RT_VISIBLE_DEVICES={visible_text!r} leaves {len(visible)} visible "
+                       f"card(s) per node ({visible}); each rank needs its own card. Unset the variable or "
+                       f"list more cards")
     if nproc > hw.cards_per_node:
         raise _invalid(
             f"--nproc {nproc} asks for more ranks per node than the {hw.cards_per_node} cards per node of "
@@ -130,13 +170,13 @@ def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None,
         if not Path(rank_table).parent.is_dir():
             raise _invalid(f"--rank-table {rank_table!r}: directory {str(Path(rank_table).parent)!r} "
                            "does not exist")
-    base_env = dict(os.environ if env is None else env)
     return RunConfig(
         program=program, name=display, hw=hw, nproc=nproc, nnodes=nnodes, address=address or None,
         max_restarts=max_restarts, log_dir=log_dir, tee=tee,
         local_ranks_filter=parse_ranks_filter(local_ranks_filter, nproc), rank_table=rank_table,
         timeout=float(timeout) if timeout is not None else None, grace=float(grace), cards=bool(cards),
-        python=os.environ.get("PYTHON_EXEC") or sys.executable, cwd=os.getcwd(), env=base_env)
+        python=os.environ.get("PYTHON_EXEC") or sys.executable, cwd=os.getcwd(), env=base_env,
+        devices=tuple(visible[:nproc]))
 
 
 def rank_env(rc: RunConfig, rank: int, *, job_id: str, attempt: int, rank_table_file: str,

@@ -82,10 +82,15 @@ class OutputRouter:
         self._err.flush()
 
     def mark_attempt(self, world_size: int, attempt: int) -> None:
-        """Separate restarts inside the per-rank files, which are kept across attempts."""
-        if self.log_dir and attempt > 0:
-            for rank in range(world_size):
-                self._file(rank).write(f"---- launch: restart {attempt} (RESTART_COUNT={attempt}) ----\n")
+        """Open every rank's file (one per rank, as torchrun: also for ranks that print nothing) and separate
+        restarts inside them (the files are kept across attempts)."""
+        if not self.log_dir:
+            return
+        for rank in range(world_size):
+            f = self._file(rank)
+            if attempt > 0:
+                f.write(f"---- launch: restart {attempt} (RESTART_COUNT={attempt}) ----\n")
+            f.flush()
 
     def summary(self, text: str) -> None:
         self._err.write(text + "\n")

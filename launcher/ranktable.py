@@ -18,15 +18,18 @@ VERSION = "1.0"
 MAX_BYTES = 4 << 20  # a rank table of thousands of devices is well below this
 
 
-def build(nnodes: int, nproc: int, server_ids: list[str] | None = None) -> dict:
-    """The rank-table document for nnodes servers of nproc devices each."""
+def build(nnodes: int, nproc: int, server_ids: list[str] | None = None, device_ids=None) -> dict:
+    """The rank-table document for nnodes servers of nproc devices each; ``device_ids`` are the physical cards
+    of each server (default 0..nproc-1; ASCEND_RT_VISIBLE_DEVICES may pick others)."""
     if server_ids is None:
         server_ids = [f"node_{n}" for n in range(nnodes)]
+    device_ids = list(range(nproc)) if device_ids is None else list(device_ids)
     assert len(server_ids) == nnodes and len(set(server_ids)) == nnodes, server_ids
+    assert len(device_ids) == nproc, device_ids
     servers = []
     for node in range(nnodes):
         devices = [{"device_id": str(card), "device_ip": f"192.168.{node}.{card}",
-                    "rank_id": str(node * nproc + card)} for card in range(nproc)]
+                    "rank_id": str(node * nproc + local)} for local, card in enumerate(device_ids)]
         servers.append({"server_id": server_ids[node], "device": devices, "host_nic_ip": "reserve"})
     return {"status": "completed", "version": VERSION, "server_count": str(nnodes),
             "server_list": servers}

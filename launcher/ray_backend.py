@@ -50,8 +50,8 @@ class RayBackend:
                 f"launch: --nnodes {rc.nnodes}: the embedded local Ray session is a single node; start a Ray "
                 f"cluster whose nodes offer NPU (`ray start --head --resources='{{\"NPU\": {rc.nproc}}}'` and "
                 f"`ray start --address=<head> ...` on the others) and pass --address")
+        from rt import session  # first: it sets what Ray reads at import
         import ray
-        from rt import session
 
         self._ray, self._session, self._rc = ray, session, rc
         self.agents: list = []    # per node: a NodeAgent here (the launcher's node) or a Ray actor handle
@@ -126,7 +126,7 @@ class RayBackend:
         card_job = job_id if attempt == 0 else f"{job_id}r{attempt}"  # fresh actor names for a restart
         # Cards of every node boot at once and while the ranks start (a rank's rt waits for its card's
         # socket); start() then waits for all of them, so a card that fails still stops the job.
-        fresh = [self._session.create_cards(card_job, index, node["node_id"], self._rc.hw, self._rc.nproc,
+        fresh = [self._session.create_cards(card_job, index, node["node_id"], self._rc.hw, indices=self._rc.devices,
                                             wait=False) for index, node in enumerate(self.nodes)]
         self._cards.extend(fresh)
         return [{**self.job_env, "NPUSIM_JOB": card_job, "NPUSIM_CARD_DIR": c.socket_dir} for c in fresh]

@@ -34,6 +34,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from rt import reaper
 from rt.constants import AclErrorCode
 from rt.errors import AclError
 
@@ -98,15 +99,19 @@ def spawn(fn, nproc: int = 8, args=(), *, nnodes: int = 1, config=None, address=
     except Exception as e:
         raise _invalid(f"spawn: args of {ref['qualname']} cannot be pickled: {type(e).__name__}: {e}") from None
     with tempfile.TemporaryDirectory(prefix="npusim-spawn-") as workdir:
-        (Path(workdir) / "spec.pkl").write_bytes(pickle.dumps({"ref": ref, "args": payload}))
+        reaper.path(workdir)
+        (Path(workdir) / "spec.pkl").write_bytes(pickle.dumps({"ref": ref, "args": payload, "argv": list(sys.argv)}))
         rank_env = {**os.environ, **(env or {}), _SPAWN_DIR: workdir}
         name = f"spawn({ref['module']}.{ref['qualname']})"
         rc = make_run_config(("-c", _BOOT, workdir), name=name, nproc=nproc, nnodes=nnodes, config=config,
                              address=address, max_restarts=max_restarts, timeout=timeout, log_dir=log_dir,
                              local_ranks_filter=local_ranks_filter, grace=grace, cards=not _no_cards,
                              env=rank_env)
-        result = run(rc)
-        outcomes = {rank: _read_outcome(workdir, result.restarts, rank) for rank in range(rc.world_size)}
+        try:
+            result = run(rc)
+            outcomes = {rank: _read_outcome(workdir, result.restarts, rank) for rank in range(rc.world_size)}
+        finally:
+            reaper.forget(workdir)
     if result.status == "succeeded":
         missing = [rank for rank, o in outcomes.items() if o is None or o[0] != "ok"]
         if missing:
@@ -117,7 +122,12 @@ def spawn(fn, nproc: int = 8, args=(), *, nnodes: int = 1, config=None, address=
 
 def _launch_error(name, rc, result, outcomes) -> LaunchError:
     failures, parts = [], []
-    for f in sorted(result.failures, key=lambda f: f["rank"]):
+    failed = list(result.failures)
+    seen = {f["rank"] for f in failed}
+    for rank, outcome in sorted(outcomes.items()):   # raised, but our stop signal ended it before it exited
+        if outcome and outcome[0] == "error" and rank not in seen:
+            failed.append({"rank": rank, "node": rc.node_of(rank), "returncode": 1, "pid": 0, "stderr_tail": []})
+    for f in sorted(failed, key=lambda f: f["rank"]):
         outcome = outcomes.get(f["rank"])
         entry = {"rank": f["rank"], "node": f["node"], "returncode": f["returncode"]}
         if outcome and outcome[0] == "error":
@@ -197,6 +207,7 @@ def _rank_main() -> None:
     workdir = Path(sys.argv[1])
     out = workdir / f"result.{os.environ['RESTART_COUNT']}.{os.environ['RANK']}.pkl"
     spec = pickle.loads((workdir / "spec.pkl").read_bytes())
+    sys.argv = spec["argv"]          # as multiprocessing: a module parsing sys.argv at import sees the caller's
     try:
         fn = _load_function(spec["ref"])
         value = fn(*pickle.loads(spec["args"]))

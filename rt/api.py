@@ -6,11 +6,13 @@ the host fails at once; failures inside queued work surface at the next covering
 
 from __future__ import annotations
 
+import builtins
 import itertools
 import queue
 import sys
 import threading
 import traceback
+import warnings
 
 import numpy as np
 
@@ -719,7 +721,18 @@ def _install_handlers(ctx: Context) -> None:
                     except AclError:
                         pass
 
+    shown: dict = {}                    # warnings registry: each distinct warning once, as Python's default
+
+    def on_warning(payload):
+        category, text, task, where = payload
+        cls = getattr(builtins, category, None)
+        if not (isinstance(cls, type) and issubclass(cls, Warning)):
+            cls = RuntimeWarning
+        warnings.warn_explicit(f"{text} (in a {task} task)", cls, f"<{where}>", 0, module="npusim.card",
+                               registry=shown)
+
     ctx.client.handlers["notify"] = on_notify
     ctx.client.handlers["callback"] = on_callback
+    ctx.client.handlers["warning"] = on_warning
     ctx.callback_jobs = jobs            # Runtime.destroy puts None here to end the worker
     threading.Thread(target=worker, name="npu-callbacks", daemon=True).start()

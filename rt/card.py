@@ -29,7 +29,7 @@ from .constants import EventRecordedStatus, StreamStatus, np_dtype
 from .errors import AclError, NpuError
 from .kernels import registry
 from .memory import DeviceMemory, decode_addr
-from .stream import Event, Stream, Task
+from .stream import Event, Stream, Task, forward_warnings
 
 CALL, TASK = 0, 1
 DEFERRED = object()
@@ -73,6 +73,7 @@ class Card:
         self.cards_per_node = cards_per_node
         self.memory = DeviceMemory(node=node, card=index, capacity=capacity,
                                    small_segment=small_segment, large_segment=large_segment)
+        forward_warnings()
         self.streams: dict[int, Stream] = {}
         self.events: dict[int, Event] = {}
         self.conns: dict[int, Connection] = {}

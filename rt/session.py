@@ -8,6 +8,7 @@ object store memory (see docs/security.md for what Ray itself still listens on).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -17,6 +18,7 @@ import tempfile
 import time
 import uuid
 
+from . import reaper
 from .config import Config
 from .constants import AclErrorCode as E
 from .errors import AclError
@@ -28,6 +30,12 @@ NAMESPACE = "npusim"
 # with the same 10 s of patience.
 FAST_CONNECT = {"raylet_client_connect_timeout_milliseconds": 100, "raylet_client_num_connect_attempts": 100}
 _started_here = False
+
+
+# Ray reads RAY_DEDUP_LOGS once, when it is imported (so import this module before ray): card output (rare:
+# warnings are forwarded to the host, rt/stream.py) then reaches the console as written, without the
+# "[repeated Nx across cluster]" banners and their docs URL.
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 
 def _ray():
@@ -46,30 +54,103 @@ def new_job_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+RAY_TEMP_MAX = 43        # Ray's socket paths (<temp>/session_<date>_<pid>/sockets/plasma_store) must stay < 108 bytes
+_session_tag: str | None = None
+
+
 def start_local_ray(cfg: Config) -> None:
-    """Start an embedded Ray session on 127.0.0.1 declaring ``cfg.cards_per_node`` NPUs."""
-    global _started_here
+    """Start an embedded Ray session on 127.0.0.1 declaring ``cfg.cards_per_node`` NPUs.
+
+    Everything of it lives in a directory of ours (Ray's temp dir) and its processes carry a reaper tag, so a
+    reaper removes both if this process dies without shutting Ray down (``rt/reaper.py``).
+    """
+    global _started_here, _session_tag
     ray = _ray()
     if ray.is_initialized():
         return
     _enable_token_auth()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    # Ray probes for a real Ascend stack (import acl) when a node has NPUs and logs a traceback.
-    logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
-    ray.init(
-        address="local",                 # never attach to some other cluster running on this machine
-        num_cpus=cfg.num_cpus,
-        resources={"NPU": cfg.cards_per_node},
-        object_store_memory=cfg.object_store_bytes,
-        include_dashboard=False,
-        namespace=NAMESPACE,
-        _node_ip_address="127.0.0.1",
-        logging_level=logging.WARNING,
-        log_to_driver=True,
-        configure_logging=True,
-        _system_config=FAST_CONNECT,
-    )
-    _started_here = True
+    token = reaper.new_tag()
+    temp_dir = os.path.join(socket_root(), f"ray-{token.rsplit('-', 1)[1][:8]}")
+    if len(temp_dir) > RAY_TEMP_MAX:
+        temp_dir = None                 # a long $TMPDIR: Ray's default /tmp/ray; its session dir is registered below
+    reaper.tag(token)
+    if temp_dir:
+        reaper.path(temp_dir, token)
+    with _ray_start_environment(token):
+        ray.init(
+            address="local",                 # never attach to some other cluster running on this machine
+            num_cpus=cfg.num_cpus,
+            resources={"NPU": cfg.cards_per_node},
+            object_store_memory=cfg.object_store_bytes,
+            include_dashboard=False,
+            namespace=NAMESPACE,
+            _node_ip_address="127.0.0.1",
+            _temp_dir=temp_dir,
+            logging_level=logging.WARNING,
+            log_to_driver=True,
+            configure_logging=True,
+            _system_config=FAST_CONNECT,
+        )
+    node = getattr(ray._private.worker, "_global_node", None)
+    if temp_dir is None and node is not None:
+        reaper.path(node.get_session_dir_path(), token)
+    reaper.processes(token, _session_processes(node))
+    _started_here, _session_tag = True, token
+
+
+def _session_processes(node) -> list[int]:
+    """Pids of the processes ``ray.init`` started and of their children (the raylet's agents): the reaper
+    kills them by pid (the agents' environment, where the tag lives, is overwritten by their titles)."""
+    import psutil
+    pids = []
+    for infos in (getattr(node, "all_processes", None) or {}).values():
+        for info in infos:
+            pid = getattr(getattr(info, "process", None), "pid", None)
+            if pid is None:
+                continue
+            pids.append(pid)
+            try:
+                pids += [c.pid for c in psutil.Process(pid).children(recursive=True)]
+            except psutil.Error:
+                pass
+    return pids
+
+
+@contextlib.contextmanager
+def _ray_start_environment(token: str):
+    """What ``ray.init`` must see to start a session of simulated cards, undone once Ray's processes exist
+    (they keep what they inherited):
+
+    - no ``ASCEND_RT_VISIBLE_DEVICES``: Ray's NPU manager would refuse to start a raylet with more NPUs than
+      the variable lists; the variable is for the user's process (``rt`` applies it), not for the cards;
+      and ``RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES`` so card actors are not handed one either;
+    - the reaper tag, inherited by exactly Ray's processes and what they start;
+    - Ray's "enable cluster" constant off: otherwise it rewrites 127.0.0.1 to the host's primary address and
+      every gRPC server listens on the wildcard address; with 127.0.0.1 kept, all of them bind loopback;
+    - Ray's NPU detection silenced: with no real Ascend stack it logs a traceback while the node starts.
+    """
+    from ray._private import ray_constants
+    saved = {k: os.environ.get(k) for k in ("ASCEND_RT_VISIBLE_DEVICES", reaper.ENV,
+                                            "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES")}
+    os.environ.pop("ASCEND_RT_VISIBLE_DEVICES", None)
+    os.environ.setdefault("RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "1")
+    os.environ[reaper.ENV] = token
+    cluster = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    npu_log = logging.getLogger("ray._private.accelerators.npu")
+    level = npu_log.level
+    npu_log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        npu_log.setLevel(level)
+        ray_constants.ENABLE_RAY_CLUSTER = cluster
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _enable_token_auth() -> None:
@@ -99,7 +180,6 @@ def connect_ray(address: str, timeout: float = 30.0) -> None:
         except OSError as e:
             raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR,
                            f"cannot reach the Ray cluster at {address!r}: {e} (is `ray start --head` running there?)") from None
-    logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
     kwargs = {}
     if host in ("127.0.0.1", "localhost"):
         kwargs["_node_ip_address"] = "127.0.0.1"
@@ -126,12 +206,14 @@ def _keep_loopback() -> None:
 
 
 def stop_ray() -> None:
-    """Shut Ray down if this process started it."""
-    global _started_here
+    """Shut Ray down if this process started it (and have the reaper end its lingering agents now)."""
+    global _started_here, _session_tag
     ray = _ray()
     if _started_here and ray.is_initialized():
         ray.shutdown()
-    _started_here = False
+        if _session_tag:
+            reaper.sweep(_session_tag)
+    _started_here, _session_tag = False, None
 
 
 def nodes_with_npus() -> list[dict]:
@@ -174,9 +256,10 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
     count = cfg.cards_per_node if count is None else count
     socket_dir = socket_dir or os.path.join(socket_root(), job)
     os.makedirs(socket_dir, mode=0o700, exist_ok=True)
+    reaper.path(socket_dir)             # removed by destroy_cards, or by the reaper if we die first
     # No runtime_env: with one, Ray boots every worker through its setup_worker.py shim (a second
     # interpreter importing Ray), which doubles a card's start-up CPU (0.31 -> 0.66 s measured) and
-    # keeps it off the workers Ray prestarts. (RAY_DEDUP_LOGS, once set here, is read by the driver only.)
+    # keeps it off the workers Ray prestarts.
     opts = dict(namespace=card_namespace(job), get_if_exists=True, num_cpus=0, resources={"NPU": 1},
                 max_concurrency=64, max_restarts=0)
     if node_id is not None:
@@ -232,3 +315,4 @@ def destroy_cards(cards: CardSet) -> None:
         except Exception:
             pass
     shutil.rmtree(cards.socket_dir, ignore_errors=True)
+    reaper.forget(cards.socket_dir)

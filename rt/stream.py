@@ -12,12 +12,43 @@ import collections
 import threading
 import time
 import traceback
+import warnings
 from typing import Callable
 
 from .constants import AclErrorCode
 from .errors import AclError, NpuError
 
 POLL = 0.5  # seconds between liveness checks of blocking waits inside the card
+_running = threading.local()  # the task this stream worker thread runs now (see running_task)
+
+
+def running_task():
+    """``(owner, task label, card)`` of the task the calling thread runs, or None (not a stream worker)."""
+    return getattr(_running, "task", None)
+
+
+def forward_warnings() -> None:
+    """Route Python warnings raised inside stream tasks (a user kernel's overflow, say) to the process that
+    enqueued the task, which shows them as its own warnings naming the task and card — instead of the card
+    process's stderr, where Ray would print them under its own banner. Installed once per card process."""
+    if getattr(warnings.showwarning, "_npusim", False):
+        return
+    original = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        task = running_task()
+        if task is None or getattr(_running, "forwarding", False):
+            return original(message, category, filename, lineno, file, line)
+        owner, label, where = task
+        _running.forwarding = True           # an in-process host re-raising it must not loop back here
+        try:
+            owner.send([0, "warning", [category.__name__, str(message), label.split("#")[0], where]])
+        except Exception:  # noqa: BLE001 - the owner is gone: show it here
+            original(message, category, filename, lineno, file, line)
+        finally:
+            _running.forwarding = False
+    show._npusim = True
+    warnings.showwarning = show
 
 
 class Task:
@@ -138,6 +169,7 @@ class Stream:
                 if self.closed:
                     return
                 task = self._tasks.popleft()
+            _running.task = (self.owner, task.label, self.where)
             try:
                 task.fn()
             except NpuError as e:
@@ -146,6 +178,8 @@ class Stream:
                 tb = traceback.format_exception_only(type(e), e)[-1].strip()
                 self._record(task, AclError(AclErrorCode.ACL_ERROR_RT_AICORE_EXCEPTION,
                                             f"task {task.label} on stream {self.id} of {self.where} failed: {tb}"))
+            finally:
+                _running.task = None
             with self._cv:
                 self.completed += 1
                 if task.host:

@@ -122,8 +122,11 @@ def ray_session():
     try:
         yield address
     finally:
-        _ray_pids.update(_descendants() - before)
-        ray.shutdown()
+        from rt import reaper
+        mine = {reaper._reaper.child} if reaper._reaper is not None else set()   # ours, not Ray's: outlives it
+        _ray_pids.update(_descendants() - before - mine)
+        session._started_here = True
+        session.stop_ray()              # shuts Ray down and has the reaper end its lingering agents now
         _wait_gone(_ray_pids, timeout=15)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 
 import numpy as np
 import pytest
@@ -28,9 +29,10 @@ SKIP = {"rt.finalize", "rt.init", "hccl.init"}
 class Goods:
     """Valid arguments by parameter name, made fresh for each call (calls may free or destroy them)."""
 
-    def __init__(self, rt, comm):
-        self.rt, self.comm = rt, comm
+    def __init__(self, rt, comm, tmp_dir):
+        self.rt, self.comm, self.tmp_dir = rt, comm, tmp_dir
         self._model = None
+        self._file = None
 
     def model_bytes(self):
         if self._model is None:
@@ -82,11 +84,11 @@ class Goods:
         return ev
 
     def model_file(self):
-        import tempfile
-        f = tempfile.NamedTemporaryFile(prefix="npusim-sweep-", suffix=".om", delete=False)
-        f.write(self.model_bytes())
-        f.close()
-        return f.name
+        if self._file is None:
+            self._file = os.path.join(self.tmp_dir, "sweep.om")
+            with open(self._file, "wb") as f:
+                f.write(self.model_bytes())
+        return self._file
 
     def buf(self, func):
         if func in ("rt.free_host",):
@@ -154,9 +156,9 @@ def _call(goods, qualname, fn, params, bad_param, bad_value):
     return fn(**kwargs)
 
 
-def sweep(rt, comm, functions=None):
+def sweep(rt, comm, tmp_dir, functions=None):
     """Run the sweep; returns the list of calls that escaped the contract."""
-    goods = Goods(rt, comm)
+    goods = Goods(rt, comm, tmp_dir)
     problems = []
     for qualname, fn, params in functions or _public_functions():
         ctx = rt.create_context(0)            # everything this function's calls make goes with the context
@@ -187,9 +189,9 @@ def sweep(rt, comm, functions=None):
     return problems
 
 
-def test_every_public_function_raises_only_npu_errors(hccl_rt_for_sweep):
+def test_every_public_function_raises_only_npu_errors(hccl_rt_for_sweep, tmp_path):
     rt, comm = hccl_rt_for_sweep
-    problems = sweep(rt, comm)
+    problems = sweep(rt, comm, str(tmp_path))
     assert not problems, f"{len(problems)} calls escaped the contract:\n  " + "\n  ".join(problems)
 
 

@@ -6,6 +6,7 @@ import re
 import secrets
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -21,14 +22,31 @@ def two_nodes():
     if os.environ["RAY_AUTH_MODE"] == "token":
         os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
     from ray.cluster_utils import Cluster
+
+    from rt import reaper, session
+    # Ray's files in a directory of ours, its processes (also the agents that outlive a raylet for a minute)
+    # ended by pid at teardown, or by the reaper if this process dies first.
+    temp_dir = tempfile.mkdtemp(prefix="rc", dir="/tmp")
+    token = reaper.new_tag()
+    reaper.tag(token)
+    reaper.path(temp_dir, token)
+    old_tmp = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = temp_dir              # Ray keeps <RAY_TMPDIR>/ray/ray_current_cluster there too
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "resources": {"NPU": 4}, "node_ip_address": "127.0.0.1", "include_dashboard": False})
     try:
         cluster.add_node(num_cpus=2, resources={"NPU": 4}, node_ip_address="127.0.0.1")
         cluster.wait_for_nodes()
+        for node in cluster.list_all_nodes():
+            reaper.processes(token, session._session_processes(node))
         yield cluster
     finally:
         cluster.shutdown()
+        reaper.sweep(token)
+        if old_tmp is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = old_tmp
 
 
 @pytest.mark.timeout(240)

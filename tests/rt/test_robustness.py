@@ -172,3 +172,21 @@ def test_a_config_that_is_a_fifo_is_refused(tmp_path):
     with pytest.raises(AclError) as e:
         load_config(str(fifo))
     assert e.value.code == 100003 and "FIFO" in e.value.message
+
+
+# ---------------------------------------------------------------- warnings raised on the card reach the host
+def test_a_warning_inside_a_kernel_is_a_warning_of_the_enqueuing_process(dev0):
+    from rt.stream import forward_warnings
+    rt = dev0
+
+    @rt.kernel
+    def overflow(x, y):
+        y[...] = np.exp(x * 1000)
+
+    x = rt.Tensor.from_numpy(np.ones(4, np.float32))
+    with pytest.warns(RuntimeWarning) as record:
+        forward_warnings()                   # (pytest swaps showwarning per test; a card process keeps the hook)
+        rt.launch_kernel(overflow, [x], [rt.empty(4)])
+        rt.synchronize_device()
+    assert [(str(w.message), w.filename) for w in record] == [
+        ("overflow encountered in exp (in a kernel task)", "<card 0 (node 0)>")]
