@@ -128,9 +128,9 @@ def main() -> int:
         if config:                      # read by rt.init; nothing of ours stays in /tmp
             shutil.rmtree(os.path.dirname(config), ignore_errors=True)
     try:
-        cfg = rt.context.RUNTIME.cfg
+        cfg = rt.host.runtime.RUNTIME.cfg
         topology = cfg.topology
-        # the same mesh→ring switch the card's HCCL service applies (hccl/service.py)
+        # the same mesh→ring switch the card's HCCL extension applies (hccl/card/extension.py)
         limit = getattr(cfg, "ring_threshold_bytes", 0)
         thresholds = {k: limit for k in ("all_reduce", "all_gather", "reduce_scatter")} if limit else {}
         n = args.cards

@@ -7,7 +7,7 @@ With ``configs/small.toml`` every card has 64 MiB of HBM. The model is an MLP wh
 matrices together hold about 1.1x that (1024 -> 9216 -> 1024, 72 MiB of float32):
 
 1. loading it on one card fails with ACL_ERROR_RT_MEMORY_ALLOCATION (207001);
-2. ``rt.mdl.shard.load_sharded(data, comm, mode="tensor")`` splits the first Gemm by columns and
+2. ``hccl.load_sharded(data, comm, mode="tensor")`` splits the first Gemm by columns and
    the second MatMul by rows (an all-reduce joins them), so each card holds ~18 MiB; the output
    equals the numpy reference;
 3. the same API with ``mode="batch"`` runs a small model data-parallel: each card a full copy
@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import hccl  # noqa: E402
 import rt  # noqa: E402
 from rt import mdl  # noqa: E402
-from rt.mdl.shard import load_sharded  # noqa: E402
+from hccl import load_sharded  # noqa: E402
 
 WORLD = 4
 

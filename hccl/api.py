@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from rt import api as rt_api
 from rt import args
+from rt.addresses import decode_addr
 from rt.errors import AclError, HcclError
-from rt.memory import decode_addr
+from rt.host.runtime import RUNTIME
+from rt.host.streams import stream_handle
 
 from .comm import Communicator, _check_comm
 from .types import HcclDataType, HcclResult, hccl_dtype, np_dtype, reduce_op
@@ -23,10 +24,10 @@ HCCL_SEND, HCCL_RECV = 0, 1
 
 def _stream(comm: Communicator, stream, call):
     if stream is None or (isinstance(stream, int) and stream == 0):
-        with rt_api.RUNTIME.using(comm.ctx):
-            return rt_api._stream(None, call)
+        with RUNTIME.using(comm.ctx):
+            return stream_handle(None, call)
     try:
-        st = rt_api._stream(stream, call)
+        st = stream_handle(stream, call)
     except AclError as e:
         raise HcclError(HcclResult.HCCL_E_PARA, e.message) from None
     if (st.ctx.node, st.ctx.physical) != (comm.ctx.node, comm.ctx.physical):
@@ -79,7 +80,7 @@ def _launch(comm, stream, op, params, buffers, call):
     host = comm.host_path()
     if host is not None and host.run(st, seq, op, params, buffers):
         return
-    st.ctx.client.submit(st.id, "hccl", comm.id, comm.rank, seq, op, params,
+    st.ctx.client.submit(st.id, "hccl_collective", comm.id, comm.rank, seq, op, params,
                          {k: v for k, v in buffers.items() if v is not None})
 
 

@@ -9,12 +9,18 @@ import uuid
 
 import rt
 from rt import args
-from rt.context import RUNTIME
+from rt.errors import HcclError
+from rt.host.runtime import RUNTIME
+from rt.wire import extensions
 
 from . import hostpath
 from .algos import parse_hccl_algo
+from .ranktable import load_rank_table
+from .tensor_ops import TensorCollectives
 from .types import HcclResult
-from rt.errors import HcclError
+
+# Every card this process talks to handles hccl_* commands with HCCL's card extension.
+extensions.declare("hccl", "hccl.card.extension:HcclExtension")
 
 HCCL_ROOT_INFO_BYTES = 4108
 MAX_RANKS = 1 << 16
@@ -50,8 +56,9 @@ class RootInfo:
         return f"RootInfo({self.id!r})"
 
 
-class Communicator:
-    """One rank's handle on a communicator, bound to one card (the device current at init)."""
+class Communicator(TensorCollectives):
+    """One rank's handle on a communicator, bound to one card (the device current at init); the
+    ``rt.Tensor`` methods (``comm.all_reduce(t)``, ...) come from ``TensorCollectives``."""
 
     def __init__(self, ctx, comm_id: str, rank: int, size: int, members: list, options: dict):
         self.ctx = ctx
@@ -87,8 +94,6 @@ class Communicator:
 
     def __repr__(self):
         return f"Communicator({self.id!r}, rank {self.rank}/{self.size} on {self.ctx.name})"
-
-    # tensor helpers are attached in hccl/tensor_ops.py
 
 
 def _env_float(name: str, default: float) -> float:
@@ -181,7 +186,6 @@ def comm_init_all(devices) -> list[Communicator]:
 
 def comm_init_cluster_info(rank_table_path: str, rank: int) -> Communicator:
     """Join the communicator described by a rank table (JSON v1.0) as ``rank``; binds the card named there."""
-    from .ranktable import load_rank_table
     table = load_rank_table(rank_table_path)
     if isinstance(rank, bool) or not isinstance(rank, int) or rank not in table.devices:
         raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_cluster_info: rank {rank!r} is not in {rank_table_path} "

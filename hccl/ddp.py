@@ -38,7 +38,7 @@ import numpy as np
 
 import rt
 from rt import args
-from rt.context import RUNTIME
+from rt.host.runtime import RUNTIME
 from rt.errors import HcclError
 
 from . import api

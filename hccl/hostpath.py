@@ -1,9 +1,9 @@
 """Small collectives run by the rank's own process when its stream is idle: no round trip to the card.
 
 A small collective (≤ 256 KiB per rank, one node) is one barrier over the communicator's control block:
-stage the input, arrive, wait, compute from every rank's stage (``hccl/staged.py``). When the stream
+stage the input, arrive, wait, compute from every rank's stage (``hccl/protocol/staged.py``). When the stream
 it is enqueued on has finished everything this process put on it (the card publishes per-stream
-progress in a shared page, ``rt.client.CardClient.stream_done``), doing that here is indistinguishable
+progress in a shared page, ``rt.wire.client.CardClient.stream_done``), doing that here is indistinguishable
 from the card doing it — same bytes read and written, same order — and costs one process instead of
 three thread hand-offs in two. Ranks on the host path and ranks on the card path interoperate: they
 follow the same protocol on the same control block.
@@ -17,7 +17,7 @@ exactly as on the card path. ``NPUSIM_HCCL_HOST_PATH=0`` turns the host path off
 
 Only communicators with one rank in this process use it (a process driving several ranks from one
 thread, as ``comm_init_all`` does, must never block in one rank's call), and only buffers this process
-allocated itself (``rt.hostview.DeviceMap``); everything else goes to the card.
+allocated itself (``rt.host.hostview.DeviceMap``); everything else goes to the card.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ import os
 import threading
 
 from rt.errors import HcclError, NpuError
-from rt.segment import close_fds, map_received
+from rt.wire.segment import close_fds, map_received
 
-from .ctrlblock import DONE, PHASE, ControlBlock, WaitAbort, _wait
-from .staged import fits_stage, stage_agrees, stage_in, stage_out, stage_source
+from .protocol.ctrlblock import DONE, PHASE, ControlBlock, WaitAbort, wait_until
+from .protocol.staged import fits_stage, stage_agrees, stage_in, stage_out, stage_source
 from .types import HcclResult
 
 _local_ranks: dict[str, int] = {}      # communicator id -> ranks of it in this process
@@ -122,7 +122,7 @@ class HostPath:
             target = stage_in(ctrl, rank, seq, params["fingerprint"], views.get(source) if source else None)
             phases = self.phases
             try:
-                _wait(lambda: phases.min() >= target, timeout=self.wait,
+                wait_until(lambda: phases.min() >= target, timeout=self.wait,
                       sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
             except WaitAbort:
                 return self._hand_over(client, stream, seq, op, params, buffers, target)

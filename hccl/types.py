@@ -7,7 +7,8 @@ import enum
 
 import numpy as np
 
-from rt.constants import BFLOAT16, DTYPE_ALIASES
+from rt import dtypes
+from rt.dtypes import BFLOAT16
 from rt.errors import HcclError
 
 
@@ -97,9 +98,7 @@ _TO_NP = {
     HcclDataType.BFP16: BFLOAT16,
 }
 _FROM_NP = {v: k for k, v in _TO_NP.items()}
-# torch_npu sends bool tensors as UINT8; numpy names people type as shorthand.
-_FROM_NP[np.dtype(np.bool_)] = HcclDataType.UINT8
-_NAMES = {**DTYPE_ALIASES, "bfp16": BFLOAT16}     # HCCL spells bf16 "BFP16"
+_FROM_NP[np.dtype(np.bool_)] = HcclDataType.UINT8      # torch_npu sends bool tensors as UINT8
 
 
 def np_dtype(dtype) -> np.dtype:
@@ -114,12 +113,9 @@ def np_dtype(dtype) -> np.dtype:
                             f"HcclDataType {HcclDataType(code).name} ({code}) is not supported; supported: "
                             f"{[m.name for m in _TO_NP]}")
         return _TO_NP[HcclDataType(code)]
-    if isinstance(dtype, str) and dtype.lower() in _NAMES:
-        return np.dtype(_NAMES[dtype.lower()])
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"unknown dtype {dtype!r}") from None
+    dt = dtypes.lookup(dtype)                      # names and aliases as rt spells them ('fp32', 'bfp16', ...)
+    if dt is None:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"unknown dtype {dtype!r}")
     if dt not in _FROM_NP:
         raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT,
                         f"dtype {dt} has no HcclDataType (supported: {sorted(str(d) for d in _TO_NP.values())})")

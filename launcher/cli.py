@@ -94,11 +94,12 @@ import tempfile
 import threading
 import time
 
-from rt import reaper
+from hccl import ranktable
 from rt.errors import NpuError
+from rt.host import reaper
 
-from . import ranktable
-from .agent import LocalBackend, RankSpec
+from .agent import RankSpec
+from .local_backend import LocalBackend
 from .config import DEFAULT_GRACE, RunConfig, make_run_config, rank_env
 from .output import OutputRouter, describe_exit, failure_box, plain_box
 

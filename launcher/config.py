@@ -14,9 +14,9 @@ import traceback
 from pathlib import Path
 
 from rt.config import Config, load_config
-from rt.context import parse_visible
 from rt.constants import AclErrorCode
 from rt.errors import AclError
+from rt.host.runtime import parse_visible
 
 # The directory that holds rt/, hccl/ and launcher/: ranks get it on PYTHONPATH so they import the same
 # npusim as the launcher whether or not the package is installed.

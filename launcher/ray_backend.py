@@ -7,7 +7,7 @@ own node when it has cards. A ``NodeAgent`` runs the ranks of each node: on the 
 it runs inside this process (no Ray worker to boot first, so the ranks start as soon as the cards
 are requested); on every other node it is a Ray actor pinned there with
 NodeAffinitySchedulingStrategy. The card actors are created per attempt (a restart gets fresh
-cards) through ``rt.session``. Ray is imported only when this backend is used.
+cards) through ``rt/ray/session.py``. Ray is imported only when this backend is used.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def place_nodes(nodes: list[dict], nnodes: int, nproc: int, local_node_id: str |
 
 
 class RayBackend:
-    """Node agents and real card actors; same interface as ``agent.LocalBackend``."""
+    """Node agents and real card actors; same interface as ``local_backend.LocalBackend``."""
 
     def __init__(self, rc):
         if rc.nnodes > 1 and not rc.address and not _ray_initialized():
@@ -50,7 +50,7 @@ class RayBackend:
                 f"launch: --nnodes {rc.nnodes}: the embedded local Ray session is a single node; start a Ray "
                 f"cluster whose nodes offer NPU (`ray start --head --resources='{{\"NPU\": {rc.nproc}}}'` and "
                 f"`ray start --address=<head> ...` on the others) and pass --address")
-        from rt import session  # first: it sets what Ray reads at import
+        from rt.ray import session  # first: it sets what Ray reads at import
         import ray
 
         self._ray, self._session, self._rc = ray, session, rc

@@ -34,7 +34,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from rt import reaper
+from rt.host import reaper
 from rt.constants import AclErrorCode
 from rt.errors import AclError
 

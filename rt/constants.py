@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import enum
 
-import ml_dtypes
-import numpy as np
-
 
 class AclErrorCode(enum.IntEnum):
     ACL_SUCCESS = 0
@@ -204,66 +201,6 @@ class Format(enum.IntEnum):
     ACL_FORMAT_NCHW = 0
     ACL_FORMAT_NHWC = 1
     ACL_FORMAT_ND = 2
-
-
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-
-# aclDataType <-> numpy. One spelling: numpy dtypes everywhere on the Python side.
-_ACL_TO_NP = {
-    DataType.ACL_FLOAT: np.dtype(np.float32),
-    DataType.ACL_FLOAT16: np.dtype(np.float16),
-    DataType.ACL_INT8: np.dtype(np.int8),
-    DataType.ACL_INT32: np.dtype(np.int32),
-    DataType.ACL_UINT8: np.dtype(np.uint8),
-    DataType.ACL_INT16: np.dtype(np.int16),
-    DataType.ACL_UINT16: np.dtype(np.uint16),
-    DataType.ACL_UINT32: np.dtype(np.uint32),
-    DataType.ACL_INT64: np.dtype(np.int64),
-    DataType.ACL_UINT64: np.dtype(np.uint64),
-    DataType.ACL_DOUBLE: np.dtype(np.float64),
-    DataType.ACL_BOOL: np.dtype(np.bool_),
-    DataType.ACL_COMPLEX64: np.dtype(np.complex64),
-    DataType.ACL_COMPLEX128: np.dtype(np.complex128),
-    DataType.ACL_BF16: BFLOAT16,
-}
-_NP_TO_ACL = {v: k for k, v in _ACL_TO_NP.items()}
-
-
-# Names people type for dtypes, beyond numpy's own (shared with hccl.types).
-DTYPE_ALIASES = {name: np.dtype(t) for name, t in {
-    "bf16": BFLOAT16, "bfloat16": BFLOAT16, "fp16": np.float16, "half": np.float16, "fp32": np.float32,
-    "float": np.float32, "fp64": np.float64, "double": np.float64}.items()}
-
-
-def np_dtype(dtype) -> np.dtype:
-    """Accept an ACL dtype code, a numpy dtype or a name ('float32', 'bfloat16', 'fp16')."""
-    from .errors import AclError
-
-    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
-        try:
-            return _ACL_TO_NP[DataType(int(dtype))]
-        except (ValueError, KeyError):
-            raise AclError(AclErrorCode.ACL_ERROR_UNSUPPORTED_DATA_TYPE,
-                           f"unsupported aclDataType {int(dtype)}") from None
-    if isinstance(dtype, str) and dtype.lower() in DTYPE_ALIASES:
-        return DTYPE_ALIASES[dtype.lower()]
-    try:
-        dt = np.dtype(dtype)
-    except TypeError:
-        raise AclError(AclErrorCode.ACL_ERROR_UNSUPPORTED_DATA_TYPE, f"unknown dtype {dtype!r}") from None
-    if dt not in _NP_TO_ACL:
-        raise AclError(AclErrorCode.ACL_ERROR_UNSUPPORTED_DATA_TYPE,
-                       f"dtype {dt} has no aclDataType (supported: {sorted(str(d) for d in _NP_TO_ACL)})")
-    return dt
-
-
-def acl_dtype(dtype) -> DataType:
-    return _NP_TO_ACL[np_dtype(dtype)]
-
-
-def data_type_size(dtype) -> int:
-    """Bytes per element, as acl.data_type_size."""
-    return np_dtype(dtype).itemsize
 
 
 # Module-level C-name aliases: rt.ACL_MEMCPY_HOST_TO_DEVICE == 1 and so on.

@@ -4,7 +4,7 @@ a deadline for every test, and a check at the end that nothing this session star
 - ``rt_local``: ``rt.init(backend="local")`` (cards as objects in this process, no Ray), finalized
   after the test whatever happens. ``rt_factory`` does the same with arguments (a config, a visible
   devices string) for tests that need them.
-- ``ray_session``: session-scoped; starts ONE embedded Ray through ``rt.session.start_local_ray`` on
+- ``ray_session``: session-scoped; starts ONE embedded Ray through ``rt.ray.session.start_local_ray`` on
   first use and shuts it down at the end of the test session. Tests then call ``rt.init()``, which
   joins it (and must not stop it: the fixture owns the session).
 - Every test has a deadline: pytest-timeout (``timeout = 120`` in pyproject.toml); without the plugin
@@ -110,7 +110,7 @@ def ray_session():
     """One embedded Ray session (127.0.0.1, no dashboard) for every Ray test; yields its GCS address."""
     import ray
 
-    from rt import session
+    from rt.ray import session
     from rt.config import load_config
     if ray.is_initialized():
         pytest.fail("Ray is already initialized in the test process; the Ray fixture must own the session")
@@ -122,7 +122,7 @@ def ray_session():
     try:
         yield address
     finally:
-        from rt import reaper
+        from rt.host import reaper
         mine = {reaper._reaper.child} if reaper._reaper is not None else set()   # ours, not Ray's: outlives it
         _ray_pids.update(_descendants() - before - mine)
         session._started_here = True
@@ -145,7 +145,7 @@ def ray_rt(ray_session, monkeypatch):
     finally:
         if rt.is_initialized():
             rt.finalize()
-        from rt import session
+        from rt.ray import session
         sockets = os.path.join(session.socket_root(), f"ray-{job}")
         if os.path.exists(sockets):
             _leftovers.append(f"card socket directory {sockets} outlived rt.finalize()")

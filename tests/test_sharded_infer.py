@@ -1,4 +1,4 @@
-"""Sharded inference (rt.mdl.shard): tensor- and batch-sharded models equal the unsharded model and
+"""Sharded inference (hccl.sharding): tensor- and batch-sharded models equal the unsharded model and
 a numpy oracle; a model larger than one card's HBM fails on one card (207001) and runs over four."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rt.mdl import GraphBuilder
-from rt.mdl.shard import Collective, load_sharded, plan_tensor
+from hccl.sharding import Collective, load_sharded, plan_tensor
 
 
 def _softmax(z):

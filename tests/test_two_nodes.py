@@ -23,7 +23,8 @@ def two_nodes():
         os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(16))
     from ray.cluster_utils import Cluster
 
-    from rt import reaper, session
+    from rt.host import reaper
+    from rt.ray import session
     # Ray's files in a directory of ours, its processes (also the agents that outlive a raylet for a minute)
     # ended by pid at teardown, or by the reaper if this process dies first.
     temp_dir = tempfile.mkdtemp(prefix="rc", dir="/tmp")

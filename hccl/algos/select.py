@@ -21,12 +21,10 @@ from .schedule import OPS, Schedule
 
 ALGORITHMS = {"mesh": mesh, "ring": ring, "hd": hd, "hierarchical": hierarchical}
 
-# Largest message (bytes) for which one node uses the one-shot mesh; above it the bandwidth-
-# optimal ring. Ops not listed always use mesh on a full-mesh node. The lead may load these
-# from configs/ and pass them as ``thresholds``.
-# Above these sizes one node switches from mesh to ring. Measured on the 2-core laptop (docs/performance.md)
-# mesh wins at every size there (16 MiB all_reduce: mesh 1.41 GB/s busbw, ring 0.73), so the default never
-# switches; configs/*.toml set [hccl] ring_threshold_bytes for machines where ring pays off.
+# Per collective, the largest message (bytes) one full-mesh node runs as the one-shot mesh; above it, the
+# bandwidth-optimal ring. None by default: measured on the 2-core laptop (docs/performance.md), mesh wins at
+# every size (16 MiB all_reduce: mesh 1.41 GB/s busbw, ring 0.73). A config's [hccl] ring_threshold_bytes sets
+# one for all_reduce, all_gather and reduce_scatter (the card's HCCL extension passes it as ``thresholds``).
 DEFAULT_THRESHOLDS: dict[str, int] = {}
 
 # HCCL_ALGO operator keys → our collective names ("other" = every collective not named).

@@ -13,7 +13,8 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from ..constants import BFLOAT16, AclErrorCode
+from ..constants import AclErrorCode
+from ..dtypes import BFLOAT16
 from ..errors import AclError
 from .registry import OpDef, TensorSpec, register
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..constants import np_dtype
+from ..dtypes import np_dtype
 from ..errors import AclError
 from .common import (ALL, BOOL, FLOATS, NUMERIC, SIGNED_INTS, attr_str, broadcast, check_dtype, define, erf,
                      invalid, same_dtype, unsupported, wide)

@@ -12,246 +12,35 @@ import dataclasses
 import itertools
 import threading
 
-import numpy as np
-
 from .. import args
-from ..constants import AclErrorCode, Format
+from ..constants import AclErrorCode
 from ..errors import AclError
+from ..host import devices, streams
 from . import format as fmt
-from .executor import output_specs, resolve_input_shapes
+from .dataset import (DataBuffer, Dataset, _check_buffer, _check_dataset, create_data_buffer, update_data_buffer,
+                      destroy_data_buffer, get_data_buffer_addr, get_data_buffer_size_v2, create_dataset,
+                      add_dataset_buffer, get_dataset_num_buffers, get_dataset_buffer, destroy_dataset,
+                      get_data_buffer_size)
+from .desc import (ModelDesc, _io, get_num_inputs, get_num_outputs, get_input_size_by_index,
+                   get_output_size_by_index, get_input_dims, get_output_dims, get_cur_output_dims,
+                   get_input_data_type, get_output_data_type, get_input_format, get_output_format,
+                   get_input_name_by_index, get_output_name_by_index, get_input_index_by_name,
+                   get_output_index_by_name)
+from .shapes import output_specs, resolve_input_shapes
 
 INVALID = AclErrorCode.ACL_ERROR_INVALID_PARAM
 
 
+class _Host:
+    """The host runtime calls this module makes (one seam, so a test can put a fake card behind it)."""
+
+    current_card = staticmethod(devices.current_card)
+    stream_handle = staticmethod(streams.stream_handle)
+    synchronize_stream = staticmethod(streams.synchronize_stream)
+
+
 def _runtime():
-    from .. import api  # the lead's host runtime; imported late so rt.mdl loads without it
-    return api
-
-
-# ---------------------------------------------------------------------------------------------
-# model descriptions
-
-
-class ModelDesc:
-    """What ``get_desc`` returns: the model's inputs/outputs and the dims of its latest execution."""
-
-    def __init__(self, model_id: int, desc: dict):
-        self.model_id = model_id
-        self.name = desc["name"]
-        self.inputs = desc["inputs"]
-        self.outputs = desc["outputs"]
-        self.batch_sizes = list(desc.get("batch_sizes", []))
-        self.cur_output_dims = [list(o["dims"]) for o in self.outputs]
-
-    def __repr__(self) -> str:
-        return f"ModelDesc(id={self.model_id}, name={self.name!r}, inputs={len(self.inputs)}, outputs={len(self.outputs)})"
-
-
-def _desc(desc, what: str) -> ModelDesc:
-    if not isinstance(desc, ModelDesc):
-        raise AclError(INVALID, f"{what}: {args.shown(desc)} is not a model desc (use get_desc(model_id))")
-    return desc
-
-
-def _io(desc: ModelDesc, i, which: str, what: str) -> dict:
-    _desc(desc, what)
-    items = desc.inputs if which == "input" else desc.outputs
-    if not _is_index(i) or not 0 <= i < len(items):
-        raise AclError(INVALID, f"{what}: index {i!r} out of range, model {desc.name!r} has {len(items)} {which}s")
-    return items[i]
-
-
-def _is_index(i) -> bool:
-    return isinstance(i, (int, np.integer)) and not isinstance(i, bool)
-
-
-def _dims(item: dict, dims) -> dict:
-    return {"name": item["name"], "dimCount": len(dims), "dims": list(dims)}
-
-
-def get_num_inputs(desc: ModelDesc) -> int:
-    """Number of model inputs."""
-    return len(_desc(desc, "get_num_inputs").inputs)
-
-
-def get_num_outputs(desc: ModelDesc) -> int:
-    """Number of model outputs."""
-    return len(_desc(desc, "get_num_outputs").outputs)
-
-
-def get_input_size_by_index(desc: ModelDesc, i: int) -> int:
-    """Bytes the host must allocate for input ``i`` (largest batch gear; 0 if unbounded)."""
-    return _io(desc, i, "input", "get_input_size_by_index")["size"]
-
-
-def get_output_size_by_index(desc: ModelDesc, i: int) -> int:
-    """Bytes the host must allocate for output ``i`` (largest batch gear; 0 if unbounded)."""
-    return _io(desc, i, "output", "get_output_size_by_index")["size"]
-
-
-def get_input_dims(desc: ModelDesc, i: int) -> dict:
-    """``{"name", "dimCount", "dims"}`` of input ``i``; dynamic dims are -1."""
-    item = _io(desc, i, "input", "get_input_dims")
-    return _dims(item, item["dims"])
-
-
-def get_output_dims(desc: ModelDesc, i: int) -> dict:
-    """``{"name", "dimCount", "dims"}`` of output ``i``; dynamic dims are -1."""
-    item = _io(desc, i, "output", "get_output_dims")
-    return _dims(item, item["dims"])
-
-
-def get_cur_output_dims(desc: ModelDesc, i: int) -> dict:
-    """Output ``i``'s dims at the latest execution (declared dims before the first one)."""
-    item = _io(desc, i, "output", "get_cur_output_dims")
-    return _dims(item, desc.cur_output_dims[i])
-
-
-def get_input_data_type(desc: ModelDesc, i: int) -> int:
-    """aclDataType code of input ``i``."""
-    return _io(desc, i, "input", "get_input_data_type")["acl_dtype"]
-
-
-def get_output_data_type(desc: ModelDesc, i: int) -> int:
-    """aclDataType code of output ``i``."""
-    return _io(desc, i, "output", "get_output_data_type")["acl_dtype"]
-
-
-def get_input_format(desc: ModelDesc, i: int) -> int:
-    """aclFormat of input ``i`` (always ND here)."""
-    _io(desc, i, "input", "get_input_format")
-    return int(Format.ACL_FORMAT_ND)
-
-
-def get_output_format(desc: ModelDesc, i: int) -> int:
-    """aclFormat of output ``i`` (always ND here)."""
-    _io(desc, i, "output", "get_output_format")
-    return int(Format.ACL_FORMAT_ND)
-
-
-def get_input_name_by_index(desc: ModelDesc, i: int) -> str:
-    return _io(desc, i, "input", "get_input_name_by_index")["name"]
-
-
-def get_output_name_by_index(desc: ModelDesc, i: int) -> str:
-    return _io(desc, i, "output", "get_output_name_by_index")["name"]
-
-
-def get_input_index_by_name(desc: ModelDesc, name: str) -> int:
-    args.text(name, "get_input_index_by_name", "name")
-    for i, item in enumerate(_desc(desc, "get_input_index_by_name").inputs):
-        if item["name"] == name:
-            return i
-    raise AclError(INVALID, f"get_input_index_by_name: model {desc.name!r} has no input {name!r} "
-                            f"(inputs: {[x['name'] for x in desc.inputs]})")
-
-
-def get_output_index_by_name(desc: ModelDesc, name: str) -> int:
-    args.text(name, "get_output_index_by_name", "name")
-    for i, item in enumerate(_desc(desc, "get_output_index_by_name").outputs):
-        if item["name"] == name:
-            return i
-    raise AclError(INVALID, f"get_output_index_by_name: model {desc.name!r} has no output {name!r} "
-                            f"(outputs: {[x['name'] for x in desc.outputs]})")
-
-
-# ---------------------------------------------------------------------------------------------
-# data buffers and datasets
-
-
-class DataBuffer:
-    """A device buffer (address + size in bytes), as aclDataBuffer; destroying it frees nothing."""
-
-    def __init__(self, ptr: int, size: int):
-        self.ptr, self.size, self.destroyed = ptr, size, False
-
-    def __repr__(self) -> str:
-        return f"DataBuffer(ptr={self.ptr:#x}, size={self.size}{', destroyed' if self.destroyed else ''})"
-
-
-class Dataset:
-    """An ordered list of DataBuffers plus the dynamic batch / dims chosen for an execution."""
-
-    def __init__(self):
-        self.buffers: list[DataBuffer] = []
-        self.batch: int | None = None
-        self.dims: dict[int, list[int]] = {}
-        self.destroyed = False
-
-    def __repr__(self) -> str:
-        return f"Dataset({len(self.buffers)} buffers{', destroyed' if self.destroyed else ''})"
-
-
-def _check_buffer(buf, what: str) -> DataBuffer:
-    if not isinstance(buf, DataBuffer) or buf.destroyed:
-        raise AclError(INVALID, f"{what}: {buf!r} is not a live data buffer (create_data_buffer)")
-    return buf
-
-
-def _check_dataset(ds, what: str) -> Dataset:
-    if not isinstance(ds, Dataset) or ds.destroyed:
-        raise AclError(INVALID, f"{what}: {ds!r} is not a live dataset (create_dataset)")
-    return ds
-
-
-def _check_ptr_size(ptr, size, what: str) -> None:
-    for name, v in (("ptr", ptr), ("size", size)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise AclError(INVALID, f"{what}: {name}={v!r}, expected a non-negative int")
-
-
-def create_data_buffer(ptr: int, size: int) -> DataBuffer:
-    """Describe ``size`` bytes of device memory at ``ptr``."""
-    _check_ptr_size(ptr, size, "create_data_buffer")
-    return DataBuffer(ptr, size)
-
-
-def update_data_buffer(buf: DataBuffer, ptr: int, size: int) -> None:
-    _check_buffer(buf, "update_data_buffer")
-    _check_ptr_size(ptr, size, "update_data_buffer")
-    buf.ptr, buf.size = ptr, size
-
-
-def destroy_data_buffer(buf: DataBuffer) -> None:
-    """Destroy the descriptor (the device memory stays allocated)."""
-    _check_buffer(buf, "destroy_data_buffer").destroyed = True
-
-
-def get_data_buffer_addr(buf: DataBuffer) -> int:
-    return _check_buffer(buf, "get_data_buffer_addr").ptr
-
-
-def get_data_buffer_size_v2(buf: DataBuffer) -> int:
-    return _check_buffer(buf, "get_data_buffer_size_v2").size
-
-
-get_data_buffer_size = get_data_buffer_size_v2  # deprecated name in pyACL
-
-
-def create_dataset() -> Dataset:
-    return Dataset()
-
-
-def add_dataset_buffer(ds: Dataset, buf: DataBuffer) -> Dataset:
-    """Append a buffer; returns the dataset (pyACL returns ``(dataset, ret)``)."""
-    _check_dataset(ds, "add_dataset_buffer").buffers.append(_check_buffer(buf, "add_dataset_buffer"))
-    return ds
-
-
-def get_dataset_num_buffers(ds: Dataset) -> int:
-    return len(_check_dataset(ds, "get_dataset_num_buffers").buffers)
-
-
-def get_dataset_buffer(ds: Dataset, i: int) -> DataBuffer:
-    buffers = _check_dataset(ds, "get_dataset_buffer").buffers
-    if not _is_index(i) or not 0 <= i < len(buffers):
-        raise AclError(INVALID, f"get_dataset_buffer: index {i!r} out of range, dataset has {len(buffers)} buffers")
-    return buffers[i]
-
-
-def destroy_dataset(ds: Dataset) -> None:
-    """Destroy the dataset (its buffers stay alive)."""
-    _check_dataset(ds, "destroy_dataset").destroyed = True
+    return _Host
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,8 +175,7 @@ def _prepare(model_id, inputs, outputs, what: str):
 
 def _submit(m: _HostModel, stream, ins, outs, dynamic, what: str):
     """Enqueue ``model_execute`` on the stream's card; returns the resolved stream."""
-    runtime = _runtime()
-    st = runtime._stream(stream, what)  # None -> the current context's default stream
+    st = _runtime().stream_handle(stream, what)  # None -> the current context's default stream
     client = st.ctx.client
     name = getattr(client, "name", None)  # contexts of one card have their own channels, same name
     if client is not m.card and (name is None or name != getattr(m.card, "name", None)):

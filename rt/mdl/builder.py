@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..constants import AclErrorCode, np_dtype
+from ..constants import AclErrorCode
+from ..dtypes import np_dtype
 from ..errors import AclError
 from ..kernels import registry
 from . import format as fmt
-from .executor import infer_shapes, resolve_input_shapes
+from .shapes import infer_shapes, resolve_input_shapes
 
 INVALID = AclErrorCode.ACL_ERROR_INVALID_PARAM
 

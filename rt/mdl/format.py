@@ -18,7 +18,8 @@ import math
 import msgpack
 import numpy as np
 
-from ..constants import _NP_TO_ACL, AclErrorCode
+from ..constants import AclErrorCode
+from ..dtypes import NP_TO_ACL
 from ..errors import AclError
 from ..files import FileRefused, read_regular_file
 from ..kernels import registry
@@ -37,7 +38,7 @@ MAX_ATTR_DEPTH = 3  # lists of lists of lists of scalars
 MAX_BATCH_GEARS = 100  # CANN allows at most 100 dynamic-batch gears
 
 # The only dtype spellings a file may use: the numpy names of the ACL dtypes.
-DTYPES: dict[str, np.dtype] = {str(dt): dt for dt in _NP_TO_ACL}
+DTYPES: dict[str, np.dtype] = {str(dt): dt for dt in NP_TO_ACL}
 
 PARSE = AclErrorCode.ACL_ERROR_PARSE_MODEL
 

@@ -30,7 +30,7 @@ E_PARA = int(hccl.HcclResult.HCCL_E_PARA)
 def cards(ray_session):
     import ray
 
-    from rt import session
+    from rt.ray import session
     from rt.config import load_config
     job = "hpath" + uuid.uuid4().hex[:8]
     sockets = os.path.join(session.socket_root(), job)

@@ -324,7 +324,7 @@ def test_dead_rank_process_fails_the_survivor_promptly(ray_session, tmp_path):
     """Cards started for the job (as ``launch`` does); only rank 1's process dies, its card lives on."""
     import ray
 
-    from rt import session
+    from rt.ray import session
     from rt.config import load_config
     job = "hkill" + uuid.uuid4().hex[:8]
     sockets = os.path.join(session.socket_root(), job)

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher import ranktable
+from hccl import ranktable
 from launcher.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,13 +89,14 @@ def test_two_nodes_place_rank_r_on_node_r_div_nproc(tmp_path, out_dir, capsys):
     path = script(tmp_path, "env.py", DUMP_ENV)
     table_path = tmp_path / "table.json"
     assert main(["--no-cards", "--nnodes", "2", "--nproc", "3", "--rank-table", str(table_path), path]) == 0
-    table = ranktable.load(table_path)
-    assert table["doc"]["server_count"] == "2"
+    table = ranktable.load_rank_table(table_path)
+    assert json.loads(table.text)["server_count"] == "2"
     for rank in range(6):
         env = json.loads((out_dir / f"env{rank}.0.json").read_text())
         assert (int(env["NODE_RANK"]), int(env["LOCAL_RANK"]), int(env["WORLD_SIZE"])) == (rank // 3, rank % 3, 6)
         assert env["RANK_TABLE_FILE"] == str(table_path)
-        assert table["ranks"][rank] == (rank // 3, f"node_{rank // 3}", rank % 3)
+        server, device = table.devices[rank]
+        assert (server, table.servers[server], device) == (rank // 3, f"node_{rank // 3}", rank % 3)
 
 
 FAIL_ON_RANK_2 = textwrap.dedent("""

@@ -14,8 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("rt.session") is None,
-                                reason="rt.session (card actors) not available")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("rt.ray.session") is None,
+                                reason="rt.ray.session (card actors) not available")
 
 PROBE = textwrap.dedent("""
     import json, os, runpy, sys

@@ -6,9 +6,10 @@ import threading
 
 import pytest
 
-from rt import backends, errors
-from rt.card import Card
-from rt.channel import CardServer
+from rt import errors
+from rt.host import backends
+from rt.card.card import Card
+from rt.wire.server import CardServer
 from rt.config import load_config
 
 
@@ -20,7 +21,7 @@ def test_rank_waits_for_a_card_socket_that_appears_late(tmp_path):
     timer.start()
     try:
         got = []
-        transport = backends.SocketDirBackend(load_config(), str(tmp_path), 0).connect(
+        transport = backends.SocketDirCards(load_config(), str(tmp_path), 0).connect(
             1, lambda msg, fds: got.append(msg), None)
         transport.send([0, 1, "ping", []])
         deadline = threading.Event()
@@ -40,14 +41,14 @@ def test_rank_waits_for_a_card_socket_that_appears_late(tmp_path):
 def test_a_card_that_never_boots_is_named_after_the_wait(tmp_path, monkeypatch):
     monkeypatch.setattr(backends, "CARD_WAIT", 0.2)
     with pytest.raises(errors.AclError) as info:
-        backends.SocketDirBackend(load_config(), str(tmp_path), 0).connect(3, lambda m, f: None, None)
+        backends.SocketDirCards(load_config(), str(tmp_path), 0).connect(3, lambda m, f: None, None)
     assert info.value.code == 207004
     assert "card 3 of node 0" in info.value.message and "0.2 s" in info.value.message
 
 
 def test_card_actors_are_named_npu_node_id_in_the_jobs_namespace(ray_session):
     import ray
-    from rt import session
+    from rt.ray import session
     cfg = load_config()
     cards = session.create_cards("nametest", 0, ray.get_runtime_context().get_node_id(), cfg, count=1)
     try:

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from rt.constants import BFLOAT16
+from rt.dtypes import BFLOAT16
 from rt.errors import AclError
 from rt.kernels import registry
 from rt.kernels.registry import TensorSpec

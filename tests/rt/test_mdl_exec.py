@@ -10,8 +10,8 @@ from rt.constants import AclErrorCode
 from rt.errors import AclError
 from rt.mdl import api, format as fmt
 from rt.mdl.builder import GraphBuilder
-from rt.mdl.executor import Executor
-from rt.mdl.store import ModelStore
+from rt.card.executor import Executor
+from rt.card.models import ModelStore
 
 rng = np.random.default_rng(1)
 
@@ -250,7 +250,7 @@ class FakeStream:
 
 
 class FakeRuntime:
-    """current_card / _stream / synchronize_stream, as the host runtime provides them."""
+    """current_card / stream_handle / synchronize_stream, as the host runtime provides them."""
 
     def __init__(self, card):
         self.card, self.synced = card, []
@@ -259,7 +259,7 @@ class FakeRuntime:
     def current_card(self):
         return self.card
 
-    def _stream(self, stream, call):
+    def stream_handle(self, stream, call):
         return FakeStream(self, 0) if stream is None else stream
 
     def synchronize_stream(self, stream):

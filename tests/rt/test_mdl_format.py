@@ -273,7 +273,7 @@ def test_every_batch_gear_must_fit_the_graph():
         g.serialize()
     assert info.value.code == 100000 and "batch 4" in str(info.value)
     # a file claiming the gear anyway is refused when a card loads it (describe runs the largest gear)
-    from rt.mdl.store import describe
+    from rt.card.models import describe
     doc["dynamic"] = {"batch_sizes": [2, 4]}
     with pytest.raises(AclError) as info:
         describe(fmt.parse(pack(doc)))

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from rt.constants import ACL_MEM_TYPE_HIGH_BAND_WIDTH, MemMallocPolicy
 from rt.errors import AclError
-from rt.memory import ADDR_TAG, VA_BASE, DeviceMemory, decode_addr, make_addr
-from rt.segment import Segment
+from rt.addresses import ADDR_TAG, decode_addr, make_addr
+from rt.card.memory import VA_BASE, DeviceMemory
+from rt.wire.segment import Segment
 
 KiB, MiB = 1 << 10, 1 << 20
 INVALID_PARAM, RT_PARAM, OOM, FREE_FAIL = 100000, 107000, 207001, 207002

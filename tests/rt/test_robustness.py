@@ -11,9 +11,11 @@ import time
 import numpy as np
 import pytest
 
-from rt.card import CALL, TASK, Card
-from rt.channel import CardServer, SocketTransport
-from rt.client import CardClient
+from rt.card.card import Card
+from rt.wire.protocol import CALL, TASK
+from rt.wire.channel import SocketTransport
+from rt.wire.server import CardServer
+from rt.wire.client import CardClient
 
 
 # ---------------------------------------------------------------- host memory is bounded, never OOM-killed
@@ -176,7 +178,7 @@ def test_a_config_that_is_a_fifo_is_refused(tmp_path):
 
 # ---------------------------------------------------------------- warnings raised on the card reach the host
 def test_a_warning_inside_a_kernel_is_a_warning_of_the_enqueuing_process(dev0):
-    from rt.stream import forward_warnings
+    from rt.card.queues import forward_warnings
     rt = dev0
 
     @rt.kernel

@@ -1,0 +1,235 @@
+"""HCCL's part of every card, plugged in through the card's extension seam (``rt/card/extension.py``).
+
+Commands ``hccl_init`` (join a communicator: a rendezvous of every rank's card, bounded by
+``HCCL_CONNECT_TIMEOUT``, naming the ranks that never joined), ``hccl_ctrl`` (a peer card asks for the
+control block this card holds), ``hccl_share`` (the rank's own process maps the control block, for the
+host path) and ``hccl_destroy``; tasks ``hccl_collective``, ``hccl_finish`` (the rest of a collective the
+host path started) and ``hccl_p2p``. Per card it keeps the communicator endpoints (``endpoint.py``), the
+control blocks it holds, and a cache of schedules. Environment-controlled behaviour (timeouts,
+``HCCL_ALGO``) comes from the *calling process's* environment, sent along with each init.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+
+from rt.card.dispatch import DEFERRED, with_fds
+from rt.card.extension import Extension
+from rt.constants import AclErrorCode
+from rt.errors import AclError, HcclError, NpuError
+from rt.wire.segment import Segment
+
+from .. import algos
+from ..protocol.ctrlblock import CLOSED, HOST_GONE
+from ..transport.base import for_card
+from ..types import HcclResult, np_dtype
+from .endpoint import Endpoint
+
+HUB_GRACE = 60.0    # seconds a card keeps a destroyed communicator's hub alive for the slower ranks
+
+
+class HcclExtension(Extension):
+    prefix = "hccl"
+
+    def __init__(self, card):
+        super().__init__(card)
+        self.transport = for_card(card)
+        self.endpoints: dict[tuple[str, int], Endpoint] = {}
+        self.ctrl: dict[str, Segment] = {}
+        self.released: set[str] = set()         # communicators whose control block this card gave up
+        self.retired: list = []                 # (keep until, hub) of destroyed communicators
+        self.lock = threading.Lock()
+
+    # -- commands -----------------------------------------------------------------------------------
+    def c_init(self, conn, comm_id, nranks, rank, options, req):
+        """Join communicator ``comm_id``; replies once every rank joined (in a thread: it may wait long)."""
+        card = self.card
+
+        def run():
+            try:
+                value = self.join(conn, comm_id, nranks, rank, options)
+            except NpuError as e:
+                card.reply_later(conn, req, e)
+                return
+            except Exception as e:  # noqa: BLE001 - reported to the caller, never lost
+                card.reply_later(conn, req, AclError(AclErrorCode.ACL_ERROR_RT_INTERNAL_ERROR,
+                                                     f"hccl_init: {type(e).__name__}: {e}"))
+                return
+            card.reply_later(conn, req, None, value)
+        threading.Thread(target=run, name=f"hccl-init-{comm_id}", daemon=True).start()
+        return DEFERRED
+
+    def c_ctrl(self, conn, comm_id, nbytes):
+        self.ctrl_array(comm_id, nbytes)
+        seg = self.ctrl[comm_id]
+        return with_fds(seg.size, [seg.fd])
+
+    def c_share(self, conn, comm_id, rank):
+        """The control block of ``comm_id`` for the rank's own process (``hccl/hostpath.py``): ``nbytes`` plus
+        its fd, from this card or fetched from the node's leader card; None if it cannot be shared."""
+        ep = self.endpoint(comm_id, rank)
+        if ep.hub is not None:
+            return None
+        if ep.leader_card == self.card.index:
+            seg = self.ctrl[comm_id]
+            return with_fds(seg.size, [seg.fd])
+        size, fds = self.card.peers.call(ep.leader_card, "hccl_ctrl", comm_id, ep.ctrl.raw.size, want_fds=True)
+        return with_fds(size, fds, close=True)
+
+    def c_destroy(self, conn, comm_id, rank):
+        with self.lock:
+            ep = self.endpoints.pop((comm_id, rank), None)
+        if ep is not None:
+            ep.close(CLOSED)
+            self._release_ctrl([comm_id])
+
+    def t_collective(self, conn, stream, comm_id, rank, seq, op, params, buffers):
+        """A collective: resolve this rank's buffers now (program order), run it when the stream gets here."""
+        ep = self.endpoint(comm_id, rank)
+        views = self._views(buffers, op)
+        return lambda: ep.collective(seq, op, params, views)
+
+    def t_finish(self, conn, stream, comm_id, rank, seq, op, params, buffers, target):
+        """The rest of a small collective the host started (staged its input, arrived) and handed over."""
+        ep = self.endpoint(comm_id, rank)
+        views = self._views(buffers, op)
+        return lambda: ep.staged_finish(seq, op, params, views, target)
+
+    def t_p2p(self, conn, stream, comm_id, rank, items):
+        """send/recv/batch_send_recv: items are [kind, peer, ptr, count, dtype, nbytes]."""
+        ep = self.endpoint(comm_id, rank)
+        resolved = []
+        for kind, peer, ptr, count, dtype, nbytes in items:
+            seg, off = self.card.memory.locate(ptr, nbytes, what=f"{kind} buffer")
+            resolved.append((kind, peer, (seg, off, nbytes), count, dtype))
+
+        def run():
+            for kind, peer, view, count, dtype in resolved:     # sends first: never deadlock a batch
+                if kind == "send":
+                    ep.post_send(peer, view, count, dtype)
+            for kind, peer, view, count, dtype in resolved:
+                if kind == "recv":
+                    ep.recv(peer, view, count, dtype)
+            for kind, peer, view, count, dtype in resolved:
+                if kind == "send":
+                    ep.wait_send(peer)
+        return run
+
+    def _views(self, buffers: dict, op: str) -> dict:
+        views = {}
+        for name, (ptr, nbytes) in buffers.items():
+            seg, off = self.card.memory.locate(ptr, nbytes, what=f"{op} {name} buffer")
+            views[name] = (seg, off, nbytes)
+        return views
+
+    # -- communicators -----------------------------------------------------------------------------
+    def join(self, conn, comm_id: str, nranks: int, rank: int, options: dict) -> dict:
+        card = self.card
+        info = [card.node, card.index, os.getpid()]
+        members = self.transport.rendezvous(comm_id, nranks, rank, info, float(options.get("connect_timeout", 120)))
+        seen = {}
+        for r, m in enumerate(members):
+            key = (m[0], m[1])
+            if key in seen:
+                raise HcclError(HcclResult.HCCL_E_PARA, f"comm init '{comm_id}': ranks {seen[key]} and {r} are both on "
+                                                        f"card {m[1]} of node {m[0]} (one rank per card)")
+            seen[key] = r
+        ep = Endpoint(self, comm_id, nranks, rank, members, options, conn)
+        ep.attach()
+        with self.lock:
+            self.endpoints[(comm_id, rank)] = ep
+        return {"members": members}
+
+    def endpoint(self, comm_id: str, rank: int) -> Endpoint:
+        ep = self.endpoints.get((comm_id, rank))
+        if ep is None:
+            raise HcclError(HcclResult.HCCL_E_PARA, f"comm '{comm_id}' rank {rank} does not exist on "
+                                                    f"{self.card.where} (destroyed, or never initialized)")
+        return ep
+
+    def release_owner(self, conn) -> None:
+        with self.lock:
+            mine = [k for k, ep in self.endpoints.items() if ep.owner is conn]
+            eps = [self.endpoints.pop(k) for k in mine]
+        for ep in eps:
+            ep.close(HOST_GONE)
+        self._release_ctrl([ep.comm_id for ep in eps])
+
+    def retire_hub(self, hub) -> None:
+        """Keep a closed endpoint's hub handle for HUB_GRACE seconds more. The card whose endpoint created
+        the hub owns it, and Ray ends an actor when its owner drops the last handle — while replies to the
+        other ranks' last arrival may still be on their way (seen: "the communicator's hub died" on ranks
+        that had all arrived)."""
+        now = time.monotonic()
+        with self.lock:
+            self.retired = [(t, h) for t, h in self.retired if t > now]     # older ones may go now
+            self.retired.append((now + HUB_GRACE, hub))
+
+    def close(self) -> None:
+        for comm_id, rank in list(self.endpoints):
+            self.c_destroy(None, comm_id, rank)
+        for seg in self.ctrl.values():
+            seg.close()
+        self.ctrl.clear()
+        self.retired.clear()
+
+    # -- shared memory --------------------------------------------------------------------------------
+    def ctrl_array(self, comm_id: str, nbytes: int):
+        """The control block of ``comm_id`` this card holds (created zeroed on first request)."""
+        with self.lock:
+            if comm_id in self.released:
+                raise HcclError(HcclResult.HCCL_E_PARA, f"comm '{comm_id}' was destroyed on {self.card.where}, which "
+                                                        f"held its control block")
+            seg = self.ctrl.get(comm_id)
+            if seg is None:
+                seg = self.ctrl[comm_id] = Segment(max(nbytes, 4096), name=f"npusim-hccl-{comm_id}")
+                seg.array[:] = 0
+            return seg.array
+
+    def peer_ctrl_array(self, card_index: int, comm_id: str, nbytes: int):
+        return self.card.peers.map(card_index, "hccl_ctrl", comm_id, nbytes)
+
+    def segment_array(self, card_index: int, seg: int):
+        if card_index == self.card.index:
+            return self.card.memory.segment(seg).array
+        return self.card.peers.segment(card_index, seg)
+
+    def _release_ctrl(self, comm_ids) -> None:
+        """Drop this card's hold on control blocks no local endpoint uses any more. Other cards and rank
+        processes keep their own mappings (the memory lives until the last one goes); a card that asks
+        for the block afterwards is refused rather than handed a fresh, empty one."""
+        with self.lock:
+            done = [c for c in set(comm_ids) if c in self.ctrl and not any(k[0] == c for k in self.endpoints)]
+            segs = [self.ctrl.pop(c) for c in done]
+            self.released.update(done)
+        for seg in segs:
+            seg.close()
+
+    # -- schedules ------------------------------------------------------------------------------------
+    def schedule(self, op: str, n: int, p: dict, nodes: int):
+        dt = np_dtype(p["dtype"])
+        v_key = None
+        if op == "all_to_all_v":
+            v_key = tuple((k, tuple(tuple(x) for x in p[k])) for k in ("send_counts", "sdispls", "recv_counts",
+                                                                        "rdispls"))
+        config = self.card.config
+        topology = getattr(config, "topology", "fullmesh")
+        limit = getattr(config, "ring_threshold_bytes", 0)
+        return _schedule(op, n, p["count"], p.get("root"), p.get("algo") or "", nodes, p["count"] * dt.itemsize,
+                         topology, limit, v_key)
+
+
+@functools.lru_cache(maxsize=256)
+def _schedule(op, n, count, root, algo_text, nodes, nbytes, topology, ring_threshold, v_key):
+    thresholds = {k: ring_threshold for k in ("all_reduce", "all_gather", "reduce_scatter")} if ring_threshold else {}
+    algo, params = algos.choose(op, n, nbytes, nodes=nodes, topology=topology, hccl_algo=algo_text or None,
+                                thresholds=thresholds)
+    kw = dict(params)
+    if root is not None:
+        kw["root"] = root
+    if v_key is not None:
+        kw.update(dict(v_key))
+    return algos.build(op, algo, n, count, **kw)

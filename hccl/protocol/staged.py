@@ -1,0 +1,97 @@
+"""Small collectives in one barrier, through per-rank staging areas of the control block.
+
+Every rank copies its input into its staging area for the call's sequence parity (double-buffered),
+publishes its fingerprint, arrives at the node barrier; after it every rank computes its own result
+from all the stages. Run by cards (``hccl/card/endpoint.py``, ``Endpoint._staged``) or by a rank's own process
+(``hccl/hostpath.py``) — both follow exactly this protocol on the same block, so they interoperate. Across
+nodes the same computation runs on inputs exchanged through the hub (``combine_stages``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .ctrlblock import ARRIVED, PHASE, STAGE_BYTES, ControlBlock
+from ..types import np_dtype, reduce_ufunc
+
+HUB_STAGE_BYTES = 1 << 20                      # across nodes: all inputs of a small collective, through the hub
+STAGED = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier")
+
+
+def staged_bytes(op: str, p: dict, n: int, dtype) -> int:
+    """Bytes one rank stages for a small collective (its whole input)."""
+    c = p["count"] * dtype.itemsize
+    return c * n if op in ("reduce_scatter", "scatter", "all_to_all") else c
+
+
+def fits_stage(op: str, p: dict, n: int, across_nodes: bool = False) -> bool:
+    """A collective the staged path runs: a staged op, no HCCL_ALGO, input ≤ STAGE_BYTES per rank on one
+    node; across nodes (one hub exchange) all ranks' inputs together ≤ HUB_STAGE_BYTES."""
+    if op not in STAGED or p.get("algo"):
+        return False
+    nbytes = staged_bytes(op, p, n, np_dtype(p["dtype"]))
+    return nbytes * n <= HUB_STAGE_BYTES if across_nodes else nbytes <= STAGE_BYTES
+
+
+def stage_source(op: str, p: dict, rank: int) -> str | None:
+    """Which of this rank's buffers it stages (None: it contributes nothing, e.g. a non-root broadcast)."""
+    if op in ("broadcast", "scatter") and rank != p.get("root"):
+        return None
+    return "recv" if op == "broadcast" else "send"
+
+
+def stage_in(ctrl: ControlBlock, rank: int, seq: int, fingerprint: str, data: np.ndarray | None) -> int:
+    """Copy ``data`` (uint8) into this rank's stage for ``seq``, publish the call, arrive at the barrier.
+    Returns the barrier phase to wait for."""
+    if data is not None:
+        ctrl.stage(rank, seq % 2)[:data.size] = data
+    ctrl.set_fingerprint(rank, seq, fingerprint)
+    me = ctrl.slots[rank]
+    me[ARRIVED] = seq
+    target = int(me[PHASE]) + 1
+    me[PHASE] = target
+    ctrl.notify()
+    return target
+
+
+def stage_agrees(ctrl: ControlBlock, seq: int) -> bool:
+    """Every rank called the same collective as ``seq`` (after the barrier): one comparison of the
+    length-prefixed fingerprint bytes of all slots."""
+    return ctrl.fingerprints_equal(seq)
+
+
+def stage_out(ctrl: ControlBlock, rank: int, seq: int, op: str, p: dict, recv: np.ndarray | None) -> None:
+    """This rank's result of small collective ``seq`` from every rank's stage, into ``recv`` (uint8)."""
+    parity = seq % 2
+    combine_stages(lambda k: ctrl.stage(k, parity), ctrl.n, rank, op, p, recv)
+
+
+def combine_stages(stage_of, n: int, rank: int, op: str, p: dict, recv: np.ndarray | None) -> None:
+    """This rank's result of a small collective into ``recv`` (uint8), from ``stage_of(k)``: the bytes
+    rank k staged (its input; empty for ranks that contribute nothing)."""
+    if op == "barrier" or recv is None:
+        return
+    count, root = p["count"], p.get("root")
+    dtype = np_dtype(p["dtype"])
+    itemsize = dtype.itemsize
+    out = recv.view(dtype)
+
+    def stage(k, first=0, items=count):
+        return stage_of(k)[first * itemsize: (first + items) * itemsize].view(dtype)
+    if op in ("all_reduce", "reduce", "reduce_scatter"):
+        first = rank * count if op == "reduce_scatter" else 0
+        combine = reduce_ufunc(p.get("op", 0))
+        np.copyto(out, stage(0, first))
+        for k in range(1, n):          # in the output dtype, rank by rank: as apply_reduce, as the card does
+            combine(out, stage(k, first), out=out, casting="unsafe")
+    elif op == "broadcast":
+        if rank != root:
+            np.copyto(out, stage(root))
+    elif op == "scatter":
+        np.copyto(out, stage(root, rank * count))
+    elif op == "all_gather":
+        for k in range(n):
+            np.copyto(out[k * count: (k + 1) * count], stage(k))
+    elif op == "all_to_all":
+        for k in range(n):
+            np.copyto(out[k * count: (k + 1) * count], stage(k, rank * count))

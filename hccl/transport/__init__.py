@@ -1,0 +1,1 @@
+"""What crosses processes and nodes: rendezvous and the cross-node hub (local, Ray)."""

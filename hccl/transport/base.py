@@ -1,0 +1,37 @@
+"""How the cards of a communicator find each other and move what cannot go through shared memory.
+
+Inside a node, cards synchronise and move data through the communicator's shared control block and each
+other's mapped memory (``hccl/protocol/``); what crosses that boundary goes through a transport:
+
+- ``rendezvous(comm_id, nranks, rank, info, timeout)``: every rank's card publishes ``info`` and waits
+  for all of them (bounded by ``HCCL_CONNECT_TIMEOUT``); returns the infos in rank order, or raises
+  ``HCCL_E_TIMEOUT`` naming the ranks that never joined;
+- ``hub(comm_id, nranks)``: for a communicator that spans nodes, the per-communicator meeting point of
+  its collectives (``arrive``, ``exchange`` of small inputs, ``send``/``recv`` of step data), every
+  failure mapped to an ``HcclError`` naming the call.
+
+``LocalTransport`` serves cards living in one process (``backend="local"``: one node); ``RayTransport``
+serves card actors and is the only place HCCL touches Ray. The card's ``fabric`` says which applies.
+"""
+
+from __future__ import annotations
+
+from rt.errors import HcclError
+
+from ..types import HcclResult
+
+
+def init_timeout(comm_id: str, nranks: int, joined, timeout: float) -> HcclError:
+    missing = [r for r in range(nranks) if r not in joined]
+    return HcclError(HcclResult.HCCL_E_TIMEOUT,
+                     f"comm init '{comm_id}': ranks {missing} never joined within {timeout:g} s "
+                     f"(HCCL_CONNECT_TIMEOUT); joined: {sorted(joined)}")
+
+
+def for_card(card):
+    """The transport of ``card``'s fabric (created once per card)."""
+    if card.fabric == "ray":
+        from .ray import RayTransport     # imports Ray: card actors only
+        return RayTransport(card.scope)
+    from .local import LocalTransport
+    return LocalTransport()

@@ -1,0 +1,331 @@
+"""A simulated card as a plain Python object: memory, streams, events, kernels, models — and extensions.
+
+The card serves *connections* (one per host context, or per peer card). A connection is any object
+with ``id``, ``pid`` and ``send(msg, fds=())``; transports (in-process, Unix socket) deliver decoded
+messages (``rt/wire/protocol.py``) to :meth:`Card.handle`, which never raises:
+
+- a command ``[CALL, req, name, args]`` runs handler ``c_<name>(conn, *args)`` and its value is the reply
+  (handlers may reply later by returning ``DEFERRED``, or send fds with ``with_fds``);
+- a task ``[TASK, stream, name, args]`` runs ``t_<name>(conn, stream, *args)`` at once (in program
+  order: it validates and resolves), and the closure it returns runs when the stream gets there.
+
+The card's own handlers are mixed in by area (``memcmds``, ``streamcmds``, ``execcmds``); a name
+``<prefix>_<rest>`` that is not the card's own goes to the extension declared for ``<prefix>``
+(``rt/card/extension.py``). Everything a connection created (allocations, streams, events, models,
+mapped host buffers, extension state) is released when it closes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+
+import numpy as np
+
+from .. import errors
+from ..addresses import decode_addr
+from ..constants import AclErrorCode as E
+from ..dtypes import np_dtype
+from ..errors import AclError, NpuError
+from ..wire import extensions
+from ..wire.protocol import CALL, TASK
+from . import extension
+from .dispatch import DEFERRED, WithFds
+from .execcmds import ExecCommands
+from .memcmds import MemoryCommands, close_map
+from .memory import DeviceMemory
+from .models import ModelStore
+from .queues import CardEvent, StreamQueue, Task, forward_warnings
+from .streamcmds import StreamCommands
+
+
+class Connection:
+    """Per-connection state on the card (one host context or one peer card)."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, send, pid: int = 0, label: str = "client"):
+        self.id = next(self._ids)
+        self.send = send                  # send(msg, fds=()) -> None
+        self.pid = pid
+        self.label = label
+        self.host_buffers: dict[int, tuple] = {}        # buffer id -> (mmap, uint8 view)
+        self.pending_fds: list[int] = []  # fds received ahead of the message that claims them
+        self.default_stream: StreamQueue | None = None
+        self.callbacks: dict[int, threading.Event] = {}
+        self.state_page = None            # Segment with [host_done, errors] per shared stream (see c_stream_share)
+        self.state_slots = 0
+        self.state_free: list[int] = []   # slots of destroyed streams, for reuse
+        self.orphan_errors: list[NpuError] = []   # tasks for streams that no longer exist (see Card._task)
+        self.draining: set[StreamQueue] = set()        # destroyed streams still running what they held
+        self.bad_messages = 0
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"{self.label} {self.id} (pid {self.pid})"
+
+
+class Card(MemoryCommands, StreamCommands, ExecCommands):
+    """One simulated NPU. Thread-safe; driven by :meth:`handle` from any number of transports.
+
+    The shell that hosts it sets ``peers`` (how to reach the other cards of the node), ``config`` (the
+    simulated hardware) and ``fabric`` (``"local"``: every card in this process; ``"ray"``: card actors,
+    named in the Ray namespace ``scope``).
+    """
+
+    def __init__(self, *, node: int = 0, index: int = 0, capacity: int = 2 << 30, soc_name: str = "Ascend910B1",
+                 small_segment: int = 2 << 20, large_segment: int = 20 << 20, cards_per_node: int = 8):
+        forward_warnings()
+        self.node, self.index = node, index
+        self.where = f"card {index} (node {node})"
+        self.soc_name = soc_name
+        self.cards_per_node = cards_per_node
+        self.memory = DeviceMemory(node=node, card=index, capacity=capacity,
+                                   small_segment=small_segment, large_segment=large_segment)
+        self.streams: dict[int, StreamQueue] = {}
+        self.events: dict[int, CardEvent] = {}
+        self.conns: dict[int, Connection] = {}
+        self.user_kernels: dict[str, object] = {}
+        self.models = ModelStore(self.memory)
+        self.peers = None                 # set by the shell: other cards' memory and events
+        self.config = None
+        self.fabric = "local"
+        self.scope = None                 # with fabric "ray": the job's Ray namespace
+        self._extensions: dict[str, extension.Extension] = {}
+        self._targets: dict[str, str] = {}   # extension declarations received from clients
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------- extensions
+    def extension(self, prefix: str) -> extension.Extension:
+        """The card's instance of the extension declared for ``prefix`` (created on first use)."""
+        ext = self._extensions.get(prefix)
+        if ext is not None:
+            return ext
+        with self._lock:
+            ext = self._extensions.get(prefix)
+            if ext is None:
+                target = self._targets.get(prefix) or extensions.declared().get(prefix)
+                if target is None:
+                    raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"no card extension {prefix!r} is declared on "
+                                                                 f"{self.where}")
+                ext = self._extensions[prefix] = extension.load(prefix, target)(self)
+        return ext
+
+    def _handler(self, kind: str, name: str):
+        """The handler of command (``kind`` "c_") or task ("t_") ``name``: the card's own, else an extension's."""
+        fn = getattr(self, kind + name, None)
+        if fn is not None:
+            return fn
+        prefix, sep, rest = name.partition("_")
+        if sep and (prefix in self._extensions or prefix in self._targets or prefix in extensions.declared()):
+            return getattr(self.extension(prefix), kind + rest, None)
+        return None
+
+    def c_extensions(self, conn, targets):
+        """A client declares the extensions its process uses (``rt/wire/extensions.py``)."""
+        self._targets.update(extensions.valid(targets))
+
+    # ---------------------------------------------------------------- connections
+    def connect(self, send, pid: int = 0, label: str = "client") -> Connection:
+        conn = Connection(send, pid, label)
+        with self._lock:
+            self.conns[conn.id] = conn
+        return conn
+
+    def disconnect(self, conn: Connection) -> None:
+        """Release everything ``conn`` created (its process reset the device, exited or died)."""
+        if conn.closed:
+            return
+        conn.closed = True
+        for ev in conn.callbacks.values():
+            ev.set()
+        with self._lock:
+            self.conns.pop(conn.id, None)
+            mine = [s for s in self.streams.values() if s.owner is conn]
+            for s in mine:
+                del self.streams[s.id]
+            for eid in [e.id for e in self.events.values() if e.owner is conn]:
+                del self.events[eid]
+        for s in mine + list(conn.draining):
+            s.close(drain=False)
+        try:
+            self.models.release_owner(conn.id)
+        except NpuError:
+            pass
+        for ext in list(self._extensions.values()):
+            ext.release_owner(conn)
+        self.memory.free_owner(conn.id)
+        for mm, _ in conn.host_buffers.values():
+            close_map(mm)
+        conn.host_buffers.clear()
+        for fd in conn.pending_fds:
+            os.close(fd)
+        if conn.state_page is not None:
+            for s in mine:
+                s.state = None
+            conn.state_page.close()
+            conn.state_page = None
+
+    def close(self) -> None:
+        for conn in list(self.conns.values()):
+            self.disconnect(conn)
+        for ext in list(self._extensions.values()):
+            ext.close()
+        self.memory.close()
+
+    # ---------------------------------------------------------------- dispatch
+    def handle(self, conn: Connection, msg, fds=()) -> None:
+        """Process one message from ``conn``; never raises. A bad command fails that command (its reply, or
+        the next synchronize covering a task); a message that is not a command at all is dropped."""
+        conn.pending_fds.extend(fds)
+        if not (isinstance(msg, list) and len(msg) == 4 and msg[0] in (CALL, TASK) and type(msg[1]) is int
+                and isinstance(msg[2], str) and isinstance(msg[3], list)):
+            conn.bad_messages += 1          # not from our client (garbage on the socket): nobody to answer
+            return
+        kind, tag, name, args = msg
+        if kind == TASK:
+            self._task(conn, tag, name, args)
+            return
+        try:
+            fn = self._handler("c_", name)
+            if fn is None:
+                raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"unknown card command {name!r}")
+            result = fn(conn, *args)
+        except NpuError as e:
+            # Not recorded here: the host's client records it for get_recent_err_msg(); recording on
+            # the card would duplicate it (in-process cards) or grow the reader thread's text forever.
+            conn.send([tag, False, errors.to_wire(e)])
+            return
+        except Exception as e:  # bad arguments from a client must never crash the card
+            conn.send([tag, False, errors.to_wire(AclError(E.ACL_ERROR_RT_PARAM_INVALID,
+                                                             f"{name}: bad request: {type(e).__name__}: {e}"))])
+            return
+        if result is DEFERRED:
+            return
+        if isinstance(result, WithFds):
+            try:
+                conn.send([tag, True, result.value], result.fds)
+            finally:
+                if result.close:                                  # fds obtained just for this reply
+                    for fd in result.fds:
+                        os.close(fd)
+            return
+        conn.send([tag, True, result])
+
+    def _task(self, conn: Connection, sid: int, name: str, args) -> None:
+        try:
+            stream = self._stream(conn, sid)
+        except NpuError as e:
+            # No such stream (destroyed while another host thread enqueued on it): the task cannot run
+            # anywhere in order, so its error waits for the context's next synchronize_device.
+            conn.orphan_errors.append(type(e)(e.code, f"task {name} on stream {sid}: {e.message}"))
+            return
+        label = f"{name}#{stream.enqueued + 1}"
+        try:
+            prep = self._handler("t_", name)
+            if prep is None:
+                raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"unknown card task {name!r}")
+            fn = prep(conn, stream, *args)
+        except NpuError as e:
+            fn = _raiser(e)
+        except Exception as e:
+            fn = _raiser(AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{name}: bad request: {type(e).__name__}: {e}"))
+        try:
+            stream.push(Task(label, fn, host=True))
+        except NpuError as e:             # the stream closed between the lookup and the push
+            conn.orphan_errors.append(type(e)(e.code, f"task {label}: {e.message}"))
+
+    def reply_later(self, conn: Connection, req: int, error: NpuError | None = None, value=None) -> None:
+        if conn.closed:
+            return
+        if error is not None:
+            conn.send([req, False, errors.to_wire(error)])
+        else:
+            conn.send([req, True, value])
+
+    # ---------------------------------------------------------------- lookups
+    def _stream(self, conn: Connection, sid: int) -> StreamQueue:
+        if sid == 0:
+            if conn.default_stream is None:
+                conn.default_stream = self._new_stream(conn)
+            return conn.default_stream
+        s = self.streams.get(sid)
+        if s is None:
+            raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"stream {sid} does not exist on {self.where} (destroyed?)")
+        if s.owner is not conn:
+            raise AclError(E.ACL_ERROR_RT_STREAM_CONTEXT,
+                           f"stream {sid} belongs to another context ({s.owner}), not {conn}")
+        return s
+
+    def _new_stream(self, conn: Connection) -> StreamQueue:
+        s = StreamQueue(next(self._ids), conn, self.where)
+        with self._lock:
+            self.streams[s.id] = s
+        return s
+
+    def _event(self, eid: int) -> CardEvent:
+        ev = self.events.get(eid)
+        if ev is None:
+            raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"event {eid} does not exist on {self.where} (destroyed?)")
+        return ev
+
+    def device_view(self, ptr: int, nbytes: int, what: str) -> np.ndarray:
+        """A checked uint8 view of device memory on this card or, through ``peers``, another card."""
+        where = decode_addr(ptr) if isinstance(ptr, int) else None
+        if where is not None and where != (self.node, self.index) and self.peers is not None:
+            return self.peers.view(where, ptr, nbytes, what)
+        return self.memory.view(ptr, nbytes, what=what)
+
+    def _region(self, conn: Connection, desc, nbytes: int, what: str) -> np.ndarray:
+        kind = desc[0]
+        if kind == "dev":
+            return self.device_view(desc[1], nbytes, what)
+        if kind == "pin":
+            _, buf_id, offset = desc
+            entry = conn.host_buffers.get(buf_id)
+            if entry is None:
+                raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{what}: host buffer {buf_id:#x} is not registered")
+            arr = entry[1]
+            if offset < 0 or offset + nbytes > arr.nbytes:
+                raise AclError(E.ACL_ERROR_RT_PARAM_INVALID,
+                               f"{what}: [{offset}, {offset + nbytes}) exceeds host buffer of {arr.nbytes} bytes")
+            return arr[offset:offset + nbytes]
+        if kind == "inline":
+            data = desc[1]
+            if len(data) < nbytes:
+                raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{what}: {len(data)} bytes given, {nbytes} needed")
+            return np.frombuffer(data, np.uint8, nbytes)
+        raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{what}: unknown buffer kind {kind!r}")
+
+    def _tensor(self, desc, what: str) -> np.ndarray:
+        ptr, shape, dtype = desc
+        dt = np_dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        raw = self.device_view(ptr, nbytes, what)
+        return raw.view(dt).reshape(shape)
+
+    # ---------------------------------------------------------------- the card's own commands
+    def c_hello(self, conn: Connection, pid: int, label: str = "client"):
+        conn.pid, conn.label = pid, label
+        return {"node": self.node, "card": self.index, "soc_name": self.soc_name, "conn": conn.id,
+                "total_memory": self.memory.mem_info()[1], "cards_per_node": self.cards_per_node}
+
+    def c_ping(self, conn):
+        return True
+
+    def c_release(self, conn):
+        """The context is being destroyed: free everything it owns (the connection stays open)."""
+        self.disconnect(conn)
+        conn.closed = False
+        with self._lock:
+            self.conns[conn.id] = conn
+        conn.default_stream = None
+
+
+def _raiser(exc: NpuError):
+    """A task body that fails with ``exc`` when the stream reaches it (validation failed at enqueue)."""
+    def fail():
+        raise exc
+    return fail

@@ -1,0 +1,108 @@
+"""Where the cards of ``rt.init()`` live, and how a context opens a channel to one.
+
+- ``LocalCards`` (``backend="local"`` or ``NPUSIM_BACKEND=local``): cards as objects inside this process —
+  no Ray, no sockets; what unit tests use.
+- ``SocketDirCards``: a process started by ``launch`` or ``spawn`` (``NPUSIM_CARD_DIR`` set) talks to its
+  node's card actors over their Unix sockets and never becomes a Ray driver.
+- ``RayCards`` (default, ``rt/ray/backend.py``): card actors in a Ray session (an embedded one on
+  127.0.0.1, or a cluster given by ``address`` / ``RAY_ADDRESS``), reached over their Unix sockets.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from ..card.card import Card
+from ..card.peers import Peers
+from ..config import Config
+from ..constants import AclErrorCode as E
+from ..errors import AclError
+from ..wire.channel import LocalTransport, SocketTransport, socket_path
+
+CARD_WAIT = float(os.environ.get("NPUSIM_CARD_WAIT", "60"))   # seconds a rank waits for its card to boot
+
+
+class LocalCards:
+    """Every card an object of this process, created on first use."""
+
+    kind = "local"
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.node = 0
+        self.cards: dict[int, Card] = {}
+        self._lock = threading.Lock()
+
+    def card(self, index: int) -> Card:
+        with self._lock:
+            card = self.cards.get(index)
+            if card is None:
+                c = self.cfg
+                card = Card(node=0, index=index, capacity=c.hbm_bytes, soc_name=c.soc_name,
+                            small_segment=c.small_segment_bytes, large_segment=c.large_segment_bytes,
+                            cards_per_node=c.cards_per_node)
+                card.peers = Peers(card, lambda i, on_msg, on_close: self.connect(i, on_msg, on_close))
+                card.config = c
+                card.fabric = "local"
+                self.cards[index] = card
+            return card
+
+    def connect(self, index, on_message, on_close):
+        return LocalTransport(self.card(index), on_message, on_close)
+
+    def close(self) -> None:
+        for card in list(self.cards.values()):
+            card.peers.close()
+            card.close()
+        self.cards.clear()
+
+
+class SocketDirCards:
+    """The card actors of one node, found by their socket files in ``socket_dir``."""
+
+    kind = "socket"
+
+    def __init__(self, cfg: Config, socket_dir: str, node: int):
+        self.cfg = cfg
+        self.dir = socket_dir
+        self.node = node
+
+    def path(self, index: int) -> str:
+        return socket_path(self.dir, self.node, index)
+
+    def connect(self, index, on_message, on_close):
+        path = self.path(index)
+        # Under launch the cards boot while the ranks start: give the card a bounded moment to appear.
+        deadline = time.monotonic() + (CARD_WAIT if os.path.isdir(self.dir) else 0)
+        while not os.path.exists(path):
+            if time.monotonic() >= deadline:
+                raise AclError(E.ACL_ERROR_RT_NO_DEVICE,
+                               f"card {index} of node {self.node} is not running (no socket at {path} after "
+                               f"{CARD_WAIT:g} s; did the job end or the card fail to start?)")
+            time.sleep(0.02)
+        while True:
+            try:
+                return SocketTransport(path, on_message, on_close)
+            except ConnectionRefusedError:      # bound but not listening yet
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.02)
+
+    def close(self) -> None:
+        pass
+
+
+def choose(cfg: Config, visible: list[int], *, address=None, backend=None):
+    """The backend ``rt.init`` uses: ``backend`` or NPUSIM_BACKEND, else the launcher's socket directory, else Ray."""
+    backend = backend or os.environ.get("NPUSIM_BACKEND")
+    card_dir = os.environ.get("NPUSIM_CARD_DIR")
+    if backend == "local":
+        return LocalCards(cfg)
+    if card_dir and not address and backend in (None, "socket"):
+        return SocketDirCards(cfg, card_dir, int(os.environ.get("NPUSIM_NODE", "0")))
+    if backend not in (None, "ray", "socket"):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"init: unknown backend {backend!r} (expected 'ray' or 'local')")
+    from ..ray.backend import RayCards          # imports Ray: only when cards live in a Ray session
+    return RayCards(cfg, visible, address or os.environ.get("RAY_ADDRESS"))

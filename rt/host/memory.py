@@ -1,0 +1,84 @@
+"""Device and pinned host memory of the current context (``rt.malloc``, ``rt.malloc_host``, stats, cache)."""
+
+from __future__ import annotations
+
+from .. import args
+from ..addresses import decode_addr
+from ..constants import AclErrorCode as E
+from ..errors import AclError
+from .hostmem import HostBuffer
+from .runtime import RUNTIME, Context
+
+
+def malloc(size: int, policy: int = 0) -> int:
+    """Device memory on the current device; returns its address (an int)."""
+    ctx = RUNTIME.require_current("malloc")
+    if not args.is_int(size) or size <= 0:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"malloc: size must be a positive int, got {args.shown(size)}")
+    if size > args.INT64_MAX:
+        raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, f"malloc: out of memory: requested {int(size)} bytes, "
+                                                         f"far beyond the card's {RUNTIME.cfg.hbm_bytes}-byte capacity")
+    policy = args.integer(policy, "malloc", "policy", hi=(1 << 32) - 1)
+    ptr = ctx.client.call("malloc", int(size), policy)
+    ctx.devmap.add(ptr, int(size))
+    return ptr
+
+
+def free(ptr: int) -> None:
+    ctx = ctx_for_ptr(ptr, "free")
+    ctx.devmap.remove(ptr)
+    ctx.client.call("free", ptr)
+
+
+def malloc_host(size: int) -> HostBuffer:
+    """Pinned host memory: a writable shared-memory buffer cards copy to and from directly."""
+    RUNTIME.require()
+    return HostBuffer(size)
+
+
+def free_host(buf: HostBuffer) -> None:
+    if not isinstance(buf, HostBuffer):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"free_host: {type(buf).__name__} is not a HostBuffer from malloc_host")
+    for ctx in list(RUNTIME.contexts):
+        if buf.id in ctx.registered and not ctx.client.lost:
+            ctx.registered.discard(buf.id)
+            ctx.client.call("host_unregister", buf.id)
+    buf.release()
+
+
+def memory_stats(device: int | None = None) -> dict:
+    """Allocator statistics in torch ``memory_stats`` key style."""
+    return _ctx_for_device(device, "memory_stats").client.call("memory_stats")
+
+
+def empty_cache(device: int | None = None) -> None:
+    """Release cached (unused) segments back to the card."""
+    _ctx_for_device(device, "empty_cache").client.call("empty_cache")
+
+
+def _ctx_for_device(device, call) -> Context:
+    if device is None:
+        return RUNTIME.require_current(call)
+    RUNTIME.physical(device)
+    ctx = RUNTIME.defaults.get(device)
+    if ctx is None:
+        raise AclError(E.ACL_ERROR_RT_CONTEXT_NULL, f"{call}: device {device} is not set in this process")
+    return ctx
+
+
+def ctx_for_ptr(ptr, call) -> Context:
+    """The current context; checks that ``ptr`` is a device address of this node."""
+    ctx = RUNTIME.require_current(call)
+    device_where(ptr, call, "ptr")
+    return ctx
+
+
+def device_where(ptr, call, arg):
+    where = decode_addr(ptr) if isinstance(ptr, int) and not isinstance(ptr, bool) else None
+    if where is None:
+        shown = f"{ptr:#x}" if isinstance(ptr, int) else repr(type(ptr).__name__)
+        raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: {arg} {shown} is not a device address")
+    if where[0] != RUNTIME.node:
+        raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: {arg} {ptr:#x} belongs to card {where[1]} of node "
+                                                     f"{where[0]}, not this node ({RUNTIME.node})")
+    return where

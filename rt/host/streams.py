@@ -1,0 +1,182 @@
+"""Stream and event handles of the host (``rt.Stream``, ``rt.Event``), the calls on them, and host callbacks.
+
+A handle names a queue or event counter on the card (``rt/card/queues.py``); ``None`` or ``0`` as a stream
+is the current context's default stream. Enqueueing never waits; synchronize and query calls do.
+"""
+
+from __future__ import annotations
+
+from .. import args
+from ..constants import AclErrorCode as E
+from ..errors import AclError
+from .runtime import RUNTIME, Context
+
+
+class Stream:
+    """A stream handle; ``None`` or ``0`` in any call means the current context's default stream."""
+
+    def __init__(self, ctx: Context, sid: int):
+        self.ctx = ctx
+        self.id = sid
+        self.destroyed = False
+
+    def __repr__(self):
+        return f"Stream({self.id} on {self.ctx.name}{', destroyed' if self.destroyed else ''})"
+
+
+def stream_handle(stream, call) -> Stream:
+    if stream is None or (isinstance(stream, int) and not isinstance(stream, bool) and stream == 0):
+        ctx = RUNTIME.require_current(call)
+        if ctx.default_stream is None:
+            ctx.default_stream = Stream(ctx, 0)
+        return ctx.default_stream
+    return _live(stream, Stream, call, "a stream (use rt.create_stream())")
+
+
+def _live(handle, cls, call, what):
+    """``handle`` if it is a ``cls`` that is not destroyed (nor its context); else the ACL error."""
+    if not isinstance(handle, cls):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {handle!r} is not {what}")
+    if handle.destroyed or handle.ctx.destroyed:
+        raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"{call}: {handle!r} was destroyed")
+    return handle
+
+
+def create_stream() -> Stream:
+    ctx = RUNTIME.require_current("create_stream")
+    return Stream(ctx, ctx.client.call("stream_create"))
+
+
+def destroy_stream(stream: Stream) -> None:
+    """Destroy a stream; work already queued on it still runs."""
+    st = stream_handle(stream, "destroy_stream")
+    if st.id == 0:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, "destroy_stream: the default stream cannot be destroyed")
+    st.ctx.client.retire_stream(st.id)
+    st.destroyed = True
+
+
+def synchronize_stream(stream=None) -> None:
+    """Wait for all work on the stream; raises the first async failure of that work."""
+    st = stream_handle(stream, "synchronize_stream")
+    if not st.ctx.notify and st.ctx.client.stream_done(st.id):
+        return          # the card finished all of it without errors, and every copy into host memory landed
+    st.ctx.client.call("stream_sync", st.id, pass_req=True)
+
+
+def synchronize_stream_with_timeout(stream, timeout_ms: int) -> None:
+    """As synchronize_stream, but raises 507046 after ``timeout_ms`` (-1: no limit, 0: check now)."""
+    st = stream_handle(stream, "synchronize_stream_with_timeout")
+    if not args.is_int(timeout_ms) or not -1 <= timeout_ms < 1 << 31:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"synchronize_stream_with_timeout: timeout {timeout_ms!r} must be "
+                                                  f"-1, 0 or a positive number of milliseconds")
+    if timeout_ms == -1:
+        return synchronize_stream(st)
+
+    def expired():
+        return AclError(E.ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+                        f"synchronize_stream_with_timeout: {st!r} still busy after {timeout_ms} ms")
+    if timeout_ms == 0:
+        if stream_query(st) != 0:
+            raise expired()
+        return synchronize_stream(st)
+    st.ctx.client.call("stream_sync", st.id, pass_req=True, timeout=timeout_ms / 1000, timeout_error=expired)
+
+
+def stream_query(stream=None) -> int:
+    """ACL_STREAM_STATUS_COMPLETE (0) when all its work is done, else NOT_READY (1)."""
+    st = stream_handle(stream, "stream_query")
+    return st.ctx.client.call("stream_query", st.id)
+
+
+def synchronize_device() -> None:
+    """Wait for all streams of the current context; raises the first async failure."""
+    ctx = RUNTIME.require_current("synchronize_device")
+    stream_handle(None, "synchronize_device")          # make sure the default stream exists on the card
+    ctx.client.call("default_stream")
+    ctx.client.call("device_sync", pass_req=True)
+
+
+def stream_wait_event(stream, event) -> None:
+    """Make ``stream`` wait (on the card) for ``event``'s latest record — also one of another card."""
+    st = stream_handle(stream, "stream_wait_event")
+    ev = _event(event, "stream_wait_event")
+    timeout = float(RUNTIME.cfg.exec_timeout) if RUNTIME.cfg else 1836.0
+    st.ctx.client.submit(st.id, "wait_event", [ev.ctx.node, ev.ctx.physical], ev.id, ev.gen, timeout)
+
+
+# ====================================================================== events
+class Event:
+    def __init__(self, ctx: Context, eid: int):
+        self.ctx = ctx
+        self.id = eid
+        self.gen = 0                 # records issued from this host (the card completes them in order)
+        self.destroyed = False
+
+    def __repr__(self):
+        return f"Event({self.id} on {self.ctx.name})"
+
+
+def _event(event, call) -> Event:
+    return _live(event, Event, call, "an event (use rt.create_event())")
+
+
+def create_event() -> Event:
+    ctx = RUNTIME.require_current("create_event")
+    return Event(ctx, ctx.client.call("event_create"))
+
+
+def destroy_event(event: Event) -> None:
+    ev = _event(event, "destroy_event")
+    ev.ctx.client.call("event_destroy", ev.id)
+    ev.destroyed = True
+
+
+def record_event(event: Event, stream=None) -> None:
+    ev = _event(event, "record_event")
+    st = stream_handle(stream, "record_event")
+    if st.ctx.client is not ev.ctx.client and (st.ctx.node, st.ctx.physical) != (ev.ctx.node, ev.ctx.physical):
+        raise AclError(E.ACL_ERROR_RT_STREAM_CONTEXT,
+                       f"record_event: {ev!r} and {st!r} are on different cards")
+    ev.gen += 1
+    st.ctx.client.submit(st.id, "record", ev.id, ev.gen)
+
+
+def reset_event(event: Event, stream=None) -> None:
+    ev = _event(event, "reset_event")
+    st = stream_handle(stream, "reset_event")
+    ev.gen = 0
+    st.ctx.client.submit(st.id, "reset_event", ev.id)
+
+
+def query_event_status(event: Event) -> int:
+    """ACL_EVENT_RECORDED_STATUS_COMPLETE (1) once the latest record completed, else NOT_READY (0)."""
+    ev = _event(event, "query_event_status")
+    return ev.ctx.client.call("event_query", ev.id)
+
+
+def synchronize_event(event: Event) -> None:
+    ev = _event(event, "synchronize_event")
+    if ev.gen:
+        ev.ctx.client.call("event_sync", ev.id, ev.gen, pass_req=True)
+
+
+def event_elapsed_time(start: Event, end: Event) -> float:
+    """Milliseconds between two completed records, measured on the card."""
+    a, b = _event(start, "event_elapsed_time"), _event(end, "event_elapsed_time")
+    if (a.ctx.node, a.ctx.physical) != (b.ctx.node, b.ctx.physical):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, "event_elapsed_time: the events are on different cards")
+    return a.ctx.client.call("event_elapsed", a.id, b.id)
+
+
+# ====================================================================== callbacks
+def launch_callback(fn, user_data=None, block=True, stream=None) -> None:
+    """Run ``fn(user_data)`` on a host thread of this process once prior work on the stream is done;
+    a blocking callback holds the stream until it returns."""
+    if not callable(fn):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"launch_callback: fn {args.shown(fn)} is not callable")
+    block = args.flag(block, "launch_callback", "block")
+    st = stream_handle(stream, "launch_callback")
+    cb = st.ctx.add_callback(fn, user_data)
+    timeout = float(RUNTIME.cfg.exec_timeout) if RUNTIME.cfg else 1836.0
+    st.ctx.client.submit(st.id, "callback", cb, block, timeout)

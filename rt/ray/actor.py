@@ -1,0 +1,87 @@
+"""The Ray actor shells: ``CardActor`` around one ``Card`` (builds it, serves its Unix socket, links its
+peers), and ``JobBoard``, where the cards of one job meet (a blocking rendezvous by key that packages
+extending the card use: HCCL's communicator init, ``hccl/transport/ray.py``)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import ray
+
+BOARD_NAME = "npusim-board"        # one per job, in the job's Ray namespace
+
+
+@ray.remote(num_cpus=0, max_concurrency=1024)
+class JobBoard:
+    """Parties of one key wait for each other: each brings a value, all get every value (in index order).
+    A threaded actor: a waiting party holds one of its threads, never a card's."""
+
+    def __init__(self):
+        self._entries: dict[str, dict] = {}
+        self._cv = threading.Condition()
+
+    def join(self, key: str, count: int, index: int, value, timeout: float) -> dict:
+        """``{"values": [...]}`` once all ``count`` joined; ``{"joined": [...]}`` on timeout; ``{"twice": True}``
+        if ``index`` already joined."""
+        deadline = time.monotonic() + timeout
+        with self._cv:
+            entry = self._entries.setdefault(key, {"values": {}, "left": count})
+            if index in entry["values"]:
+                return {"twice": True}
+            entry["values"][index] = value
+            self._cv.notify_all()
+            while len(entry["values"]) < count:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return {"joined": sorted(entry["values"])}
+                self._cv.wait(left)
+            values = [entry["values"][i] for i in range(count)]
+            entry["left"] -= 1
+            if not entry["left"]:                # the last party out forgets the key
+                self._entries.pop(key, None)
+            return {"values": values}
+
+
+
+def job_board(namespace: str):
+    """The board of the job whose actors live in ``namespace`` (created by the first who asks)."""
+    return JobBoard.options(name=BOARD_NAME, namespace=namespace, get_if_exists=True).remote()
+
+
+
+@ray.remote
+class CardActor:
+    def __init__(self, node: int, index: int, cfg: dict, socket_dir: str, namespace: str):
+        from ..card.card import Card
+        from ..card.peers import Peers
+        from ..config import Config
+        from ..wire.channel import SocketTransport, socket_path
+        from ..wire.server import CardServer
+        c = Config(**cfg)
+        self.card = Card(node=node, index=index, capacity=c.hbm_bytes, soc_name=c.soc_name,
+                         small_segment=c.small_segment_bytes, large_segment=c.large_segment_bytes,
+                         cards_per_node=c.cards_per_node)
+        self.card.peers = Peers(self.card, lambda i, on_msg, on_close: SocketTransport(
+            socket_path(socket_dir, node, i), on_msg, on_close))
+        self.card.config = c
+        self.card.fabric = "ray"
+        self.card.scope = namespace          # the job's Ray namespace: where the job's cards and hubs are named
+        self.path = socket_path(socket_dir, node, index)
+        self.server = CardServer(self.card, self.path)
+
+    def address(self) -> str:
+        return self.path
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def ping(self) -> bool:
+        return True
+
+
+    def shutdown(self) -> None:
+        self.server.close()
+        self.card.peers.close()
+        self.card.close()
