@@ -41,7 +41,8 @@ What each rank gets
   RESTART_COUNT           0 on the first run, k after the k-th restart; MAX_RESTARTS as given
   MASTER_ADDR             127.0.0.1
   OMP_NUM_THREADS         1 unless already set (as torchrun)
-  PYTHONPATH              the npusim source root prepended, so ranks import the same rt/hccl
+  PYTHONPATH              the npusim source root appended, so ranks import the same rt/hccl (a real pyACL
+                          on the PYTHONPATH you give still comes first)
   NPUSIM_JOB              job id (the card actors' names contain it)
   NPUSIM_NODE             node index
   NPUSIM_CARD_DIR         directory of this node's card sockets (how rt reaches the cards; a rank

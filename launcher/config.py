@@ -186,7 +186,8 @@ def rank_env(rc: RunConfig, rank: int, *, job_id: str, attempt: int, rank_table_
     local = rc.local_rank_of(rank)
     env = dict(rc.env)
     env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: N ranks must not each spawn a thread per core
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (PROJECT_ROOT, env.get("PYTHONPATH", "")) if p)
+    # After the user's own entries: a real pyACL that CANN's set_env.sh put there is imported before npusim's.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), PROJECT_ROOT) if p)
     env.update({
         "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(rc.world_size),
         "LOCAL_WORLD_SIZE": str(rc.nproc), "NODE_RANK": str(node), "GROUP_RANK": str(node),

@@ -55,8 +55,11 @@ def from_wire(triple) -> NpuError:
 _recent = threading.local()
 
 
-def record_error_message(text: str) -> None:
+def record_error_message(text: str, dedupe: bool = False) -> None:
+    """Add ``text`` as this thread's newest error message (``dedupe``: unless it is already the newest)."""
     prev = getattr(_recent, "text", None)
+    if dedupe and prev is not None and (prev == text or prev.startswith(text + "\n")):
+        return
     _recent.text = text if not prev else f"{text}\n{prev}"
 
 

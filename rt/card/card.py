@@ -54,6 +54,7 @@ class Connection:
         self.pending_fds: list[int] = []  # fds received ahead of the message that claims them
         self.default_stream: StreamQueue | None = None
         self.callbacks: dict[int, threading.Event] = {}
+        self.callback_failures: dict[int, list] = {}     # cb_id -> an NpuError on the wire, for run() to raise
         self.state_page = None            # Segment with [host_done, errors] per shared stream (see c_stream_share)
         self.state_slots = 0
         self.state_free: list[int] = []   # slots of destroyed streams, for reuse

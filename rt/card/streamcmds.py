@@ -9,7 +9,7 @@ import numpy as np
 
 from ..constants import AclErrorCode as E
 from ..constants import EventRecordedStatus, StreamStatus
-from ..errors import AclError, NpuError
+from ..errors import AclError, NpuError, from_wire
 from ..wire.segment import Segment
 from .dispatch import DEFERRED, with_fds
 from .queues import CardEvent, Task
@@ -176,11 +176,17 @@ class StreamCommands:
             conn.callbacks[cb_id] = done
             conn.send([0, "callback", cb_id])
             if not done.wait(timeout):
+                conn.callbacks.pop(cb_id, None)
                 raise AclError(E.ACL_ERROR_WAIT_CALLBACK_TIMEOUT,
                                f"launch_callback: host callback {cb_id} did not return within {timeout} s")
+            failure = conn.callback_failures.pop(cb_id, None)
+            if failure is not None:                # the callback raised an NpuError: the stream fails with it
+                raise from_wire(failure)
         return run
 
-    def c_callback_done(self, conn, cb_id):
+    def c_callback_done(self, conn, cb_id, failure=None):
         ev = conn.callbacks.pop(cb_id, None)
         if ev is not None:
+            if isinstance(failure, list) and len(failure) == 3 and isinstance(failure[1], int):
+                conn.callback_failures[cb_id] = [str(failure[0]), failure[1], str(failure[2])]
             ev.set()

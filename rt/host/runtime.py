@@ -98,9 +98,12 @@ class Context:
             if cb_id is None:
                 return
             fn, data = self.callbacks.pop(cb_id, (None, None))
+            failure = None
             try:
                 if fn is not None:
                     fn(data)
+            except errors.NpuError as e:             # an ACL failure fails a blocking callback's stream task
+                failure = errors.to_wire(e)
             except Exception:
                 text = traceback.format_exc()
                 errors.record_error_message(f"launch_callback: {fn!r} raised:\n{text}")
@@ -108,7 +111,7 @@ class Context:
             finally:
                 if not self.client.lost and not self.destroyed:
                     try:
-                        self.client.post("callback_done", cb_id)
+                        self.client.post("callback_done", cb_id, failure)
                     except AclError:
                         pass
 

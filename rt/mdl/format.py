@@ -41,6 +41,7 @@ MAX_BATCH_GEARS = 100  # CANN allows at most 100 dynamic-batch gears
 DTYPES: dict[str, np.dtype] = {str(dt): dt for dt in NP_TO_ACL}
 
 PARSE = AclErrorCode.ACL_ERROR_PARSE_MODEL
+ATC_MAGIC = b"IMOD"       # an ATC .om's ModelFileHeader starts with magic 0x444F4D49, little-endian
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +168,12 @@ def decode(data) -> dict:
         raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
                        f"load model: expected the model as bytes, got {type(data).__name__}")
     n = len(data)
+    if bytes(data[:4]) == ATC_MAGIC:
+        raise AclError(PARSE, "load model: this is an ATC-compiled .om (its kernels are built for a real Ascend AI "
+                              "Core), which npusim cannot run. npusim loads its own model format under any file name: "
+                              "build a stand-in with the same input and output names, dtypes and shapes with "
+                              "rt.mdl.GraphBuilder and save it under the same name (examples/acl_standin.py does "
+                              "ResNet-50's; docs/pyacl.md, 'A stand-in for an ATC model')")
     if n == 0 or n > MAX_MODEL_BYTES:
         raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
                        f"load model: model size {n} bytes is outside 1..{MAX_MODEL_BYTES}")

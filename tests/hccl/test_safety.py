@@ -71,7 +71,7 @@ def test_all_reduce_with_different_arguments(comms, rank1_call, shown):
     for r, e in enumerate(comms.errors(cs)):
         assert e is not None and e.code == E_PARA, f"rank {r}: {e!r}"
         assert "ranks 0,2 called all_reduce(count=10, dtype=FP32, op=SUM)" in e.message
-        assert f"rank 1 called all_reduce(" in e.message and shown in e.message, e.message
+        assert "rank 1 called all_reduce(" in e.message and shown in e.message, e.message
     comms.free(ts)
     _still_works(comms, cs)
 

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from hccl.algos import buffer_sizes, build, choose, parse_hccl_algo, run_numpy, supports, validate
-from hccl.algos.select import DEFAULT_THRESHOLDS
 from rt.errors import HcclError
 
 HCCL_E_PARA, HCCL_E_NOT_SUPPORT = 1, 5

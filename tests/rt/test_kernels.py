@@ -680,7 +680,6 @@ class FakeTensor:
 def fake_card(monkeypatch):
     import msgpack
 
-    import rt
 
     launches = []
 

@@ -307,6 +307,16 @@ def test_non_blocking_callback(dev0):
     raises(INVALID_PARAM, rt.launch_callback, "not callable", None, True, s)
 
 
+def test_a_blocking_callback_that_fails_an_acl_call_fails_its_stream(dev0):
+    s = rt.create_stream()
+    rt.launch_callback(lambda ptr: rt.free(ptr), 0x1234, True, s)        # free of a bad address: 107000
+    after = rt.malloc(64)
+    rt.memset_async(after, 64, 7, 64, s)
+    message = raises(rt.ACL_ERROR_RT_PARAM_INVALID, rt.synchronize_stream, s)
+    assert "free" in message
+    rt.free(after)
+
+
 # ====================================================================== async failures
 def test_kernel_failure_raised_at_next_synchronize(dev0):
     s = rt.create_stream()

@@ -1,0 +1,212 @@
+"""Host memory as integer addresses, the way pyACL programs pass it — checked, where real pyACL would crash.
+
+A pyACL program holds host memory as raw ints: ``malloc_host`` returns one, ``util.numpy_to_ptr(a)`` and
+``util.bytes_to_ptr(b)`` give the address of an object's storage, and ``memcpy``/``memset`` take them on
+either side. This module keeps a registry of every host region the program was given an address for, so an
+address can be turned back into a buffer ``rt`` copies to and from — a pinned ``HostBuffer`` (the fast path),
+a numpy array, or a ``bytes`` object's storage (real samples copy device→host *into* a ``bytes`` and read it
+with ``np.frombuffer``) — and so an unknown, freed or out-of-range address is an error naming the nearest
+known region instead of a segfault.
+
+Lifetimes follow pyACL's rule — the object must outlive its pointer — without keeping the program's objects
+alive: numpy arrays are held weakly, ``bytes`` (which cannot be weakly referenced) are dropped from the
+registry once the program no longer holds them (their reference count says so), pinned buffers until
+``free_host``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import ctypes
+import sys
+import threading
+import weakref
+
+import numpy as np
+
+from ..constants import AclErrorCode as E
+from ..errors import AclError
+
+PINNED, ARRAY, BYTES = "malloc_host", "numpy_to_ptr", "bytes_to_ptr"
+SWEEP_EVERY = 64          # registrations between sweeps for bytes objects the program dropped
+FREED_KEPT = 1024         # freed pinned regions remembered, to name a use after free_host
+FAR = 1 << 30             # an address further than this from every region is named as no neighbour's
+
+
+class _Region:
+    __slots__ = ("start", "nbytes", "kind", "ref")
+
+    def __init__(self, start, nbytes, kind, ref):
+        self.start, self.nbytes, self.kind, self.ref = start, nbytes, kind, ref
+
+    @property
+    def end(self) -> int:
+        return self.start + self.nbytes
+
+    def obj(self):
+        """The object behind the region, or None if it is gone."""
+        return self.ref() if self.kind == ARRAY else self.ref
+
+    def describe(self) -> str:
+        return f"{self.nbytes}-byte region 0x{self.start:x} from {self.kind}"
+
+
+class HostRegions:
+    """Known host regions by start address (thread-safe)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._starts: list[int] = []
+        self._regions: list[_Region] = []
+        self._freed: dict[int, int] = {}                   # start -> size of pinned buffers freed
+        self._since_sweep = 0
+
+    # -- registering -------------------------------------------------------------------------
+    def add_pinned(self, buf) -> int:
+        return self._add(_Region(buf.address, buf.nbytes, PINNED, buf))
+
+    def add_array(self, arr: np.ndarray) -> int:
+        start = arr.ctypes.data
+        try:
+            ref = weakref.ref(arr)
+        except TypeError:                                  # an array subclass without weakref support
+            ref = (lambda a: (lambda: a))(arr)
+        return self._add(_Region(start, arr.nbytes, ARRAY, ref))
+
+    def add_bytes(self, data) -> int:
+        """A bytes or bytearray object's storage (held until the program drops the object)."""
+        return self._add(_Region(_address_of(data), len(data), BYTES, data))
+
+    def _add(self, region: _Region) -> int:
+        with self._lock:
+            self._since_sweep += 1
+            if self._since_sweep >= SWEEP_EVERY:
+                self._sweep()
+            i = bisect.bisect_left(self._starts, region.start)
+            if i < len(self._starts) and self._starts[i] == region.start:
+                self._regions[i] = region                  # the same storage registered again
+            else:
+                self._starts.insert(i, region.start)
+                self._regions.insert(i, region)
+            self._freed.pop(region.start, None)
+            return region.start
+
+    def _sweep(self) -> None:
+        """Forget bytes objects nobody but the registry holds, and arrays that are gone."""
+        self._since_sweep = 0
+        keep = [r for r in self._regions if not self._dead(r)]
+        if len(keep) != len(self._regions):
+            self._regions = keep
+            self._starts = [r.start for r in keep]
+
+    @staticmethod
+    def _dead(r: _Region) -> bool:
+        if r.kind == ARRAY:
+            return r.ref() is None
+        if r.kind == BYTES:
+            return sys.getrefcount(r.ref) <= 2             # the registry's and getrefcount's own
+        return False
+
+    def remove_pinned(self, address: int, call: str):
+        """Unregister the pinned buffer starting at ``address`` and return it (for free_host)."""
+        with self._lock:
+            i = bisect.bisect_left(self._starts, address)
+            if i < len(self._starts) and self._starts[i] == address and self._regions[i].kind == PINNED:
+                region = self._regions.pop(i)
+                del self._starts[i]
+                if len(self._freed) >= FREED_KEPT:
+                    self._freed.pop(next(iter(self._freed)))
+                self._freed[address] = region.nbytes
+                return region.ref
+            freed = self._freed.get(address)
+        if freed is not None:
+            raise AclError(E.ACL_ERROR_RT_MEMORY_FREE, f"{call}: host address 0x{address:x} ({freed} bytes from "
+                                                       f"malloc_host) was freed already: a double free")
+        raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: 0x{address:x} is not an address malloc_host "
+                                                     f"returned; {self._nearest(address)} (free_host takes the "
+                                                     f"address malloc_host returned)")
+
+    # -- resolving ---------------------------------------------------------------------------------
+    def lookup(self, address: int, nbytes: int, call: str, arg: str):
+        """(region, object, offset) holding ``[address, address + nbytes)``; 107000 naming why not."""
+        with self._lock:
+            i = bisect.bisect_right(self._starts, address) - 1
+            region = self._regions[i] if i >= 0 and address < self._regions[i].end + (nbytes == 0) else None
+            obj = region.obj() if region is not None else None
+            if obj is not None and address + nbytes <= region.end and self._intact(region, obj):
+                return region, obj, address - region.start
+            freed_start = self._freed_containing(address)
+            nearest = self._nearest(address)
+        where = f"{call}: {arg} {nbytes} bytes at host address 0x{address:x}"
+        if region is not None and obj is None:
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{where}: the object behind the {region.describe()} is "
+                                                         f"gone (pyACL's rule: it must outlive its pointer)")
+        if region is not None and not self._intact(region, obj):
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{where}: the bytearray behind the {region.describe()} was "
+                                                         f"resized since bytes_to_ptr, so its storage moved")
+        if region is not None:
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{where} run {address + nbytes - region.end} bytes past the "
+                                                         f"end of the {region.describe()}")
+        if freed_start is not None:
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: {arg} host address 0x{address:x} is inside a "
+                                                         f"malloc_host buffer (0x{freed_start:x}) that free_host "
+                                                         f"released: a use after free")
+        raise AclError(E.ACL_ERROR_RT_PARAM_INVALID,
+                       f"{call}: {arg} 0x{address:x} is neither a device address nor a host address this process got "
+                       f"from malloc_host, util.numpy_to_ptr or util.bytes_to_ptr; {nearest}")
+
+    @staticmethod
+    def _intact(region: _Region, obj) -> bool:
+        """A bytearray can be resized (and its storage moved) after bytes_to_ptr; a bytes object cannot."""
+        if isinstance(obj, bytearray):
+            return len(obj) == region.nbytes and (not obj or _address_of(obj) == region.start)
+        return not getattr(obj, "freed", False)
+
+    def buffer(self, address: int, nbytes: int, call: str, arg: str):
+        """What ``rt.memcpy`` takes for ``nbytes`` at ``address``: a whole pinned buffer as itself (its fastest
+        path), anything else as :meth:`view`."""
+        region, obj, off = self.lookup(address, nbytes, call, arg)
+        if region.kind == PINNED and off == 0 and nbytes == region.nbytes:
+            return obj
+        return self.view(address, nbytes, call, arg)
+
+    def view(self, address: int, nbytes: int, call: str, arg: str) -> np.ndarray:
+        """A writable uint8 view of ``nbytes`` at ``address`` (a pinned view stays on the pinned fast path)."""
+        region, obj, off = self.lookup(address, nbytes, call, arg)
+        if region.kind == PINNED:
+            return np.frombuffer(obj, np.uint8, nbytes, off)
+        if region.kind == ARRAY and obj.flags.c_contiguous:
+            return obj.reshape(-1).view(np.uint8)[off:off + nbytes]
+        if nbytes == 0:
+            return np.empty(0, np.uint8)
+        # bytes storage (immutable to Python, written by pyACL programs all the same) or a strided array
+        return np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(address))
+
+    def _freed_containing(self, address: int) -> int | None:
+        for start, size in self._freed.items():
+            if start <= address < start + size:
+                return start
+        return None
+
+    def _nearest(self, address: int) -> str:
+        if not self._regions:
+            return "no host region is registered"
+        i = bisect.bisect_right(self._starts, address)
+        near = self._regions[max(i - 1, 0):i + 1]
+        best = min(near, key=lambda r: abs(r.start - address) if address < r.start else max(address - r.end, 0))
+        if max(best.start - address, address - best.end) > FAR:
+            return f"it is nowhere near any of the {len(self._regions)} host regions this process registered"
+        if address < best.start:
+            return f"the nearest known region is the {best.describe()}, {best.start - address} bytes above"
+        if address < best.end:
+            return f"it is {address - best.start} bytes into the {best.describe()}"
+        return f"the nearest known region is the {best.describe()}, which ends {address - best.end} bytes below"
+
+
+def _address_of(data) -> int:
+    if isinstance(data, bytes):
+        return ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
+    return np.frombuffer(data, np.uint8).ctypes.data if data else 0     # a bytearray (the export ends at once)
+
+
+REGIONS = HostRegions()

@@ -1,0 +1,351 @@
+"""``acl.rt``: devices, contexts, streams, events, memory, copies and callbacks, as pyACL has them.
+
+Everything goes through ``rt``'s public API; what differs is pyACL's surface (``rt/acl/core.py``: codes and
+``(value, ret)`` tuples, int handles) and CANN's leniencies: ``memcpy``'s kind is advisory (the addresses
+decide; a wrong kind warns once, ``NPUSIM_ACL_STRICT=1`` refuses it), ``memset`` works on host memory too,
+``synchronize_device`` takes extra arguments. Callbacks follow pyACL's subscription model: a thread the
+program owns subscribes to a stream and runs that stream's callbacks when it calls ``process_report``.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+import rt
+
+from .. import args
+from ..addresses import decode_addr
+from ..config import load_config
+from ..constants import AclErrorCode as E, EventRecordedStatus, MemAttr, MemcpyKind, RunMode
+from ..errors import AclError
+from ..host.runtime import RUNTIME, parse_visible
+from .callbacks import launch_callback, process_report, subscribe_report, unsubscribe_report  # noqa: F401
+from .core import CONTEXT, EVENT, HANDLES, STREAM, code, context_of, event_of, stream_of, strict, values
+from .hostptr import REGIONS
+
+
+
+# ============================================================================ devices
+@values("rt.get_device_count", 0)
+def get_device_count():
+    """Visible cards; answered from the config (never starting anything) before ``acl.init`` — what Ray's
+    NPU detection calls while Ray starts."""
+    if RUNTIME.initialized:
+        return rt.get_device_count()
+    cfg = load_config(None)
+    return len(parse_visible(os.environ.get("ASCEND_RT_VISIBLE_DEVICES"), cfg.cards_per_node))
+
+
+@code("rt.set_device")
+def set_device(device_id):
+    rt.set_device(device_id)
+
+
+@code("rt.reset_device")
+def reset_device(device_id):
+    rt.reset_device(device_id)
+
+
+@code("rt.reset_device_force")
+def reset_device_force(device_id):
+    rt.reset_device_force(device_id)
+
+
+@values("rt.get_device", -1)
+def get_device():
+    return rt.get_device()
+
+
+@values("rt.get_run_mode", int(RunMode.ACL_HOST))
+def get_run_mode():
+    """Always ``ACL_HOST``: the program runs on the host and copies to the cards (acllite relies on it)."""
+    return int(RunMode.ACL_HOST)
+
+
+@code("rt.synchronize_device")
+def synchronize_device(*_ignored):
+    """Programs pass the device id; CANN ignores it, so does this."""
+    rt.synchronize_device()
+
+
+@values("rt.get_mem_info", 0, 0)
+def get_mem_info(attr):
+    """``(free, total, ret)``; DDR attributes report the card's memory as well (one kind of memory here)."""
+    if not args.is_int(attr) or int(attr) not in MemAttr._value2member_map_:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"rt.get_mem_info: unknown memory attribute {args.shown(attr)}")
+    return rt.get_mem_info(rt.HBM)
+
+
+@values("rt.device_can_access_peer", 0)
+def device_can_access_peer(device_id, peer_device_id):
+    return int(rt.device_can_access_peer(device_id, peer_device_id))
+
+
+@code("rt.device_enable_peer_access")
+def device_enable_peer_access(peer_device_id, flags=0):
+    rt.device_enable_peer_access(peer_device_id, flags)
+
+
+@code("rt.device_disable_peer_access")
+def device_disable_peer_access(peer_device_id):
+    RUNTIME.physical(peer_device_id)
+
+
+# ============================================================================ contexts
+@values("rt.create_context", 0)
+def create_context(device_id):
+    return HANDLES.add(CONTEXT, rt.create_context(device_id))
+
+
+@code("rt.destroy_context")
+def destroy_context(context):
+    rt.destroy_context(context_of(context, "rt.destroy_context"))
+    HANDLES.drop(context)
+
+
+@code("rt.set_context")
+def set_context(context):
+    rt.set_context(context_of(context, "rt.set_context"))
+
+
+@values("rt.get_context", 0)
+def get_context():
+    return HANDLES.add(CONTEXT, rt.get_context())
+
+
+# ============================================================================ streams and events
+@values("rt.create_stream", 0)
+def create_stream():
+    return HANDLES.add(STREAM, rt.create_stream())
+
+
+@values("rt.create_stream_with_config", 0)
+def create_stream_with_config(priority=0, flag=0):
+    """Priority and flags have no effect on a simulated card."""
+    return HANDLES.add(STREAM, rt.create_stream())
+
+
+@code("rt.destroy_stream")
+def destroy_stream(stream):
+    rt.destroy_stream(stream_of(stream, "rt.destroy_stream"))
+    HANDLES.drop(stream)
+
+
+destroy_stream_force = destroy_stream
+
+
+@code("rt.synchronize_stream")
+def synchronize_stream(stream):
+    rt.synchronize_stream(stream_of(stream, "rt.synchronize_stream"))
+
+
+@code("rt.synchronize_stream_with_timeout")
+def synchronize_stream_with_timeout(stream, timeout):
+    rt.synchronize_stream_with_timeout(stream_of(stream, "rt.synchronize_stream_with_timeout"), timeout)
+
+
+@values("rt.stream_query", 0)
+def stream_query(stream):
+    return rt.stream_query(stream_of(stream, "rt.stream_query"))
+
+
+@code("rt.stream_wait_event")
+def stream_wait_event(stream, event):
+    rt.stream_wait_event(stream_of(stream, "rt.stream_wait_event"), event_of(event, "rt.stream_wait_event"))
+
+
+@values("rt.ctx_get_current_default_stream", 0)
+def ctx_get_current_default_stream():
+    RUNTIME.require_current("rt.ctx_get_current_default_stream")
+    return 0
+
+
+@values("rt.create_event", 0)
+def create_event():
+    return HANDLES.add(EVENT, rt.create_event())
+
+
+@values("rt.create_event_with_flag", 0)
+def create_event_with_flag(flag):
+    return HANDLES.add(EVENT, rt.create_event())
+
+
+create_event_ex_with_flag = create_event_with_flag
+
+
+@code("rt.destroy_event")
+def destroy_event(event):
+    rt.destroy_event(event_of(event, "rt.destroy_event"))
+    HANDLES.drop(event)
+
+
+@code("rt.record_event")
+def record_event(event, stream):
+    rt.record_event(event_of(event, "rt.record_event"), stream_of(stream, "rt.record_event"))
+
+
+@code("rt.reset_event")
+def reset_event(event, stream):
+    rt.reset_event(event_of(event, "rt.reset_event"), stream_of(stream, "rt.reset_event"))
+
+
+@values("rt.query_event_status", 0)
+def query_event_status(event):
+    """aclrtEventRecordedStatus: NOT_READY = 0, COMPLETE = 1."""
+    return rt.query_event_status(event_of(event, "rt.query_event_status"))
+
+
+@values("rt.query_event", 1)
+def query_event(event):
+    """The deprecated aclrtEventStatus, numbered the other way round: COMPLETE = 0, NOT_READY = 1."""
+    done = rt.query_event_status(event_of(event, "rt.query_event")) == EventRecordedStatus.ACL_EVENT_RECORDED_STATUS_COMPLETE
+    return 0 if done else 1
+
+
+@code("rt.synchronize_event")
+def synchronize_event(event):
+    rt.synchronize_event(event_of(event, "rt.synchronize_event"))
+
+
+@values("rt.event_elapsed_time", 0.0)
+def event_elapsed_time(start, end):
+    return rt.event_elapsed_time(event_of(start, "rt.event_elapsed_time"), event_of(end, "rt.event_elapsed_time"))
+
+
+# ============================================================================ memory
+@values("rt.malloc", 0)
+def malloc(size, policy=0):
+    return rt.malloc(size, policy)
+
+
+malloc_cached = malloc
+
+
+@values("rt.malloc_align32", 0)
+def malloc_align32(size, policy=0):
+    return rt.malloc(size, policy)
+
+
+@code("rt.free")
+def free(dev_ptr):
+    rt.free(dev_ptr)
+
+
+@values("rt.malloc_host", 0)
+def malloc_host(size):
+    """An int address of pinned host memory (registered, so copies and free_host find it)."""
+    return REGIONS.add_pinned(rt.malloc_host(size))
+
+
+@code("rt.free_host")
+def free_host(host_ptr):
+    if not args.is_int(host_ptr):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"rt.free_host: {args.shown(host_ptr)} is not a host address")
+    rt.free_host(REGIONS.remove_pinned(int(host_ptr), "rt.free_host"))
+
+
+def _address(x, call: str, arg: str) -> tuple[bool, int]:
+    """``(is_device, address)``: device addresses carry npusim's tag, every other int is a host address."""
+    if not args.is_int(x):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {arg} {args.shown(x)} is not an address (an int)")
+    x = int(x)
+    return decode_addr(x) is not None, x
+
+
+def _side(x, nbytes: int, call: str, arg: str):
+    """``(is_device, what rt takes)`` for a memset: a device address as is, a host address as a uint8 view."""
+    is_dev, x = _address(x, call, arg)
+    return (True, x) if is_dev else (False, REGIONS.view(x, nbytes, call, arg))
+
+
+_KIND_OF = {(False, True): MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE, (True, False): MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST,
+            (True, True): MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE, (False, False): MemcpyKind.ACL_MEMCPY_HOST_TO_HOST}
+_SAME_AS = {MemcpyKind.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE,
+            MemcpyKind.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE,
+            MemcpyKind.ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE}
+_warned_kinds: set = set()
+
+
+def _copy_args(call, dst, dest_max, src, count, kind):
+    """The sides of a copy as rt takes them, and the kind the addresses make it (``kind`` is advisory)."""
+    if not args.is_int(count) or not args.is_int(dest_max) or count < 0 or dest_max < 0:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: count {args.shown(count)} and dest_max "
+                                                  f"{args.shown(dest_max)} must be non-negative ints")
+    if count > dest_max:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: count {count} exceeds dest_max {dest_max}")
+    dst_dev, d = _address(dst, call, "dst")
+    src_dev, s = _address(src, call, "src")
+    actual = _KIND_OF[(src_dev, dst_dev)]
+    # host sides: a whole pinned buffer goes as itself (rt's fastest path), the rest as views
+    resolve = REGIONS.view if actual == MemcpyKind.ACL_MEMCPY_HOST_TO_HOST else REGIONS.buffer
+    if not dst_dev:
+        d = resolve(d, count, call, "dst")
+    if not src_dev:
+        s = resolve(s, count, call, "src")
+    if not args.is_int(kind) or int(kind) not in MemcpyKind._value2member_map_:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: unknown copy kind {args.shown(kind)} (expected 0..7)")
+    given = MemcpyKind(int(kind))
+    if given != MemcpyKind.ACL_MEMCPY_DEFAULT and _SAME_AS.get(given, given) != actual:
+        text = (f"{call}: kind {given.name} does not match the addresses, which make it {actual.name}; the "
+                f"addresses decide, as in CANN (NPUSIM_ACL_STRICT=1 makes this an error)")
+        if strict():
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, text)
+        if (call, given, actual) not in _warned_kinds:
+            _warned_kinds.add((call, given, actual))
+            warnings.warn(text, RuntimeWarning, stacklevel=4)
+    return d, s, actual
+
+
+@code("rt.memcpy")
+def memcpy(dst, dest_max, src, count, kind):
+    d, s, actual = _copy_args("rt.memcpy", dst, dest_max, src, count, kind)
+    rt.memcpy(d, dest_max, s, count, actual)
+
+
+@code("rt.memcpy_async")
+def memcpy_async(dst, dest_max, src, count, kind, stream):
+    d, s, actual = _copy_args("rt.memcpy_async", dst, dest_max, src, count, kind)
+    st = stream_of(stream, "rt.memcpy_async")
+    if actual == MemcpyKind.ACL_MEMCPY_HOST_TO_HOST:
+        rt.launch_callback(lambda _: np.copyto(d[:count], s[:count]), None, True, st)   # in stream order
+    else:
+        rt.memcpy_async(d, dest_max, s, count, actual, st)
+
+
+def _fill(call, dev_ptr, max_count, value, count):
+    """(device address or None, host view or None) after checking a memset's arguments."""
+    for name, v in (("max_count", max_count), ("count", count)):
+        if not args.is_int(v) or v < 0:
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {name} must be a non-negative int, got {args.shown(v)}")
+    if count > max_count:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: count {count} exceeds max_count {max_count}")
+    if not args.is_int(value) or not 0 <= value <= 255:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: value must be a byte (0..255), got {args.shown(value)}")
+    is_dev, side = _side(dev_ptr, count, call, "dev_ptr")
+    return (side, None) if is_dev else (None, side)
+
+
+@code("rt.memset")
+def memset(dev_ptr, max_count, value, count):
+    """Device or host memory: the address decides (CANN: "host or device memory")."""
+    dev, host = _fill("rt.memset", dev_ptr, max_count, value, count)
+    if dev is not None:
+        rt.memset(dev, max_count, value, count)
+    else:
+        host[:count] = value
+
+
+@code("rt.memset_async")
+def memset_async(dev_ptr, max_count, value, count, stream):
+    dev, host = _fill("rt.memset_async", dev_ptr, max_count, value, count)
+    st = stream_of(stream, "rt.memset_async")
+    if dev is not None:
+        rt.memset_async(dev, max_count, value, count, st)
+    else:                                                  # host memory, filled when the stream gets there
+        rt.launch_callback(lambda _: host[:count].fill(value), None, True, st)
+
+
+__all__ = ["create_context", "create_event", "create_event_ex_with_flag", "create_event_with_flag", "create_stream", "create_stream_with_config", "ctx_get_current_default_stream", "destroy_context", "destroy_event", "destroy_stream", "destroy_stream_force", "device_can_access_peer", "device_disable_peer_access", "device_enable_peer_access", "event_elapsed_time", "free", "free_host", "get_context", "get_device", "get_device_count", "get_mem_info", "get_run_mode", "launch_callback", "malloc", "malloc_align32", "malloc_cached", "malloc_host", "memcpy", "memcpy_async", "memset", "memset_async", "process_report", "query_event", "query_event_status", "record_event", "reset_device", "reset_device_force", "reset_event", "set_context", "set_device", "stream_query", "stream_wait_event", "subscribe_report", "synchronize_device", "synchronize_event", "synchronize_stream", "synchronize_stream_with_timeout", "unsubscribe_report"]
