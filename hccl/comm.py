@@ -136,8 +136,9 @@ def _check_rank(nranks, rank, call):
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: rank {rank!r} is outside [0, {nranks})")
 
 
-def _init(ctx, comm_id: str, nranks: int, rank: int, call: str) -> Communicator:
+def _init(ctx, comm_id: str, nranks: int, rank: int, call: str, config: dict | None = None) -> Communicator:
     opts = options_from_env()
+    opts.update(config or {})
     reply = ctx.client.call("hccl_init", comm_id, nranks, rank, opts, pass_req=True,
                             timeout=opts["connect_timeout"] + 30,
                             timeout_error=lambda: HcclError(HcclResult.HCCL_E_TIMEOUT,
@@ -154,6 +155,34 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
         raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_root_info: root_info {root_info!r} is not a RootInfo")
     ctx = RUNTIME.require_current("comm_init_root_info")
     return _init(ctx, root_info.id, nranks, rank, "comm_init_root_info")
+
+
+CONFIG_KEYS = {"exec_timeout": "seconds a collective waits for its peers (HcclCommConfig.hcclExecTimeOut)",
+               "deterministic": "bit-identical reductions (hcclDeterministic)"}
+
+
+def comm_init_root_info_config(nranks: int, root_info: RootInfo, rank: int, config: dict) -> Communicator:
+    """HcclCommInitRootInfoConfig: ``comm_init_root_info`` with settings of this communicator overriding the
+    environment's: ``{"exec_timeout": s, "deterministic": bool}`` (HcclCommConfig's fields, snake_case)."""
+    call = "comm_init_root_info_config"
+    if not isinstance(config, dict) or set(config) - set(CONFIG_KEYS):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: config {config!r} must be a dict with keys from "
+                                                f"{sorted(CONFIG_KEYS)}")
+    cfg = {}
+    if "exec_timeout" in config:
+        t = config["exec_timeout"]
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
+            raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: exec_timeout {t!r} must be a number of seconds >= 0")
+        cfg["exec_timeout"] = float(t) or 1e9
+    if "deterministic" in config:
+        cfg["deterministic"] = bool(config["deterministic"])
+    _check_rank(nranks, rank, call)
+    if isinstance(root_info, (bytes, bytearray)):
+        root_info = RootInfo.from_bytes(root_info)
+    if not isinstance(root_info, RootInfo):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: root_info {root_info!r} is not a RootInfo")
+    ctx = RUNTIME.require_current(call)
+    return _init(ctx, root_info.id, nranks, rank, call, cfg)
 
 
 def comm_init_all(devices) -> list[Communicator]:

@@ -20,6 +20,8 @@ Options (torchrun's names; the underscored spellings such as ``--nproc_per_node`
   --tee {0,1,2,3}                 streams copied into the --log-dir files: 1 stdout, 2 stderr, 3 both (default 3)
   --local-ranks-filter 0,3        only these local ranks reach the console (log files get everything)
   --rank-table PATH               write the job's rank table there (default: the job's temp dir)
+  --master-port PORT              MASTER_PORT for torch's env:// rendezvous (default: a free port per attempt)
+  --master-addr HOST              MASTER_ADDR (default 127.0.0.1; node 0's host with --nnodes > 1)
   --timeout SECONDS               wall-clock limit for the whole job, restarts included
   --grace-period SECONDS          SIGTERM → SIGKILL delay when stopping ranks (default 5)
   -m, --module                    run the target as ``python -m module``
@@ -39,7 +41,8 @@ What each rank gets
   NODE_RANK, GROUP_RANK   node index
   RANK_TABLE_FILE         the job's rank table (HCCL JSON v1.0: one server per node)
   RESTART_COUNT           0 on the first run, k after the k-th restart; MAX_RESTARTS as given
-  MASTER_ADDR             127.0.0.1
+  MASTER_ADDR,            torch's env:// rendezvous: 127.0.0.1 (node 0's host with --nnodes > 1) and a
+  MASTER_PORT             free port, or --master-addr / --master-port; rank 0's init_process_group listens there
   OMP_NUM_THREADS         1 unless already set (as torchrun)
   PYTHONPATH              the npusim source root appended, so ranks import the same rt/hccl (a real pyACL
                           on the PYTHONPATH you give still comes first)
@@ -101,7 +104,7 @@ from rt.host import reaper
 
 from .agent import RankSpec
 from .local_backend import LocalBackend
-from .config import DEFAULT_GRACE, RunConfig, make_run_config, rank_env
+from .config import DEFAULT_GRACE, RunConfig, free_port, make_run_config, rank_env
 from .output import OutputRouter, describe_exit, failure_box, plain_box
 
 EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 1, 2, 124
@@ -136,6 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--local-ranks-filter", "--local_ranks_filter", dest="local_ranks_filter", default=None,
                    help=argparse.SUPPRESS)
     p.add_argument("--rank-table", "--rank_table", dest="rank_table", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--master-port", "--master_port", dest="master_port", type=int, default=None,
+                   help=argparse.SUPPRESS)
+    p.add_argument("--master-addr", "--master_addr", dest="master_addr", default=None, help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=None, help=argparse.SUPPRESS)
     p.add_argument("--grace-period", "--grace_period", dest="grace", type=float, default=DEFAULT_GRACE,
                    help=argparse.SUPPRESS)
@@ -159,7 +165,7 @@ def config_from_args(ns: argparse.Namespace) -> RunConfig:
         program, nproc=nproc, nnodes=ns.nnodes, address=ns.address or os.environ.get("RAY_ADDRESS"),
         config=ns.config, max_restarts=ns.max_restarts, log_dir=ns.log_dir, tee=ns.tee,
         local_ranks_filter=ns.local_ranks_filter, rank_table=ns.rank_table, timeout=ns.timeout,
-        grace=ns.grace, cards=not ns.no_cards)
+        grace=ns.grace, cards=not ns.no_cards, master_addr=ns.master_addr, master_port=ns.master_port)
 
 
 def _make_backend(rc: RunConfig):
@@ -217,9 +223,11 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
 
 def _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop):
     node_env = backend.prepare(job_id, attempt)
+    host0 = rc.master_addr or ("127.0.0.1" if rc.nnodes == 1 else backend.hosts[0])
+    master = (host0, rc.master_port or free_port())    # torch's env:// store: rank 0 listens there
     specs = [[RankSpec(rank, rc.local_rank_of(rank), (rc.python, "-u", *rc.program),
                        rank_env(rc, rank, job_id=job_id, attempt=attempt, rank_table_file=table,
-                                node_extra=node_env[node]), rc.cwd)
+                                node_extra=node_env[node], master=master), rc.cwd)
               for rank in range(node * rc.nproc, (node + 1) * rc.nproc)]
              for node in range(rc.nnodes)]
     router.mark_attempt(rc.world_size, attempt)

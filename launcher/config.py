@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.machinery
 import os
+import socket
 import sys
 import traceback
 from pathlib import Path
@@ -51,6 +52,8 @@ class RunConfig:
     cwd: str
     env: dict = dataclasses.field(default_factory=dict)  # the base environment of every rank
     devices: tuple[int, ...] = ()     # physical cards of each node the ranks use (local rank i -> devices[i])
+    master_addr: str | None = None    # MASTER_ADDR for torch's env:// (None: 127.0.0.1, or node 0's host)
+    master_port: int | None = None    # MASTER_PORT (None: a free port chosen for each attempt)
 
     @property
     def world_size(self) -> int:
@@ -125,7 +128,8 @@ def _module_file(name: str) -> Path | None:
 
 def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None, max_restarts=0,
                     log_dir=None, tee=3, local_ranks_filter=None, rank_table=None, timeout=None,
-                    grace=DEFAULT_GRACE, cards=True, env=None, name=None) -> RunConfig:
+                    grace=DEFAULT_GRACE, cards=True, env=None, name=None, master_addr=None,
+                    master_port=None) -> RunConfig:
     """Validate a launch request; raises AclError(ACL_ERROR_INVALID_PARAM) naming the bad value."""
     program = tuple(str(p) for p in program)
     display = name or _check_program(program)
@@ -165,6 +169,11 @@ def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None,
         log_dir = str(Path(log_dir).resolve())
         if Path(log_dir).exists() and not Path(log_dir).is_dir():
             raise _invalid(f"--log-dir {log_dir!r} exists and is not a directory")
+    if master_port is not None and (isinstance(master_port, bool) or not isinstance(master_port, int)
+                                    or not 1 <= master_port <= 65535):
+        raise _invalid(f"--master-port {master_port!r}: expected a TCP port number 1..65535")
+    if master_addr is not None and not str(master_addr).strip():
+        raise _invalid("--master-addr: expected a host name or address")
     if rank_table is not None:
         rank_table = str(Path(rank_table).resolve())
         if not Path(rank_table).parent.is_dir():
@@ -176,12 +185,20 @@ def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None,
         local_ranks_filter=parse_ranks_filter(local_ranks_filter, nproc), rank_table=rank_table,
         timeout=float(timeout) if timeout is not None else None, grace=float(grace), cards=bool(cards),
         python=os.environ.get("PYTHON_EXEC") or sys.executable, cwd=os.getcwd(), env=base_env,
-        devices=tuple(visible[:nproc]))
+        devices=tuple(visible[:nproc]), master_addr=master_addr, master_port=master_port)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (for MASTER_PORT when --master-port is not given)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def rank_env(rc: RunConfig, rank: int, *, job_id: str, attempt: int, rank_table_file: str,
-             node_extra: dict) -> dict:
-    """The environment of one rank process (DESIGN §5); node_extra adds NPUSIM_CARD_DIR etc."""
+             node_extra: dict, master: tuple[str, int] = ("127.0.0.1", 29500)) -> dict:
+    """The environment of one rank process (DESIGN §5); node_extra adds NPUSIM_CARD_DIR etc.;
+    ``master`` is torch's (MASTER_ADDR, MASTER_PORT)."""
     node = rc.node_of(rank)
     local = rc.local_rank_of(rank)
     env = dict(rc.env)
@@ -194,7 +211,7 @@ def rank_env(rc: RunConfig, rank: int, *, job_id: str, attempt: int, rank_table_
         "RANK_ID": str(rank), "RANK_SIZE": str(rc.world_size),
         "DEVICE_ID": str(local), "ASCEND_DEVICE_ID": str(local),
         "RANK_TABLE_FILE": rank_table_file, "RESTART_COUNT": str(attempt),
-        "MAX_RESTARTS": str(rc.max_restarts), "MASTER_ADDR": "127.0.0.1",
+        "MAX_RESTARTS": str(rc.max_restarts), "MASTER_ADDR": master[0], "MASTER_PORT": str(master[1]),
         "NPUSIM_JOB": job_id, "NPUSIM_NODE": str(node), "NPUSIM_CONFIG": rc.hw.path,
     })
     env.update(node_extra)

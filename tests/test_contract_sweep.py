@@ -69,7 +69,7 @@ class Goods:
             "items": lambda: [], "nranks": lambda: 1, "root_info": self.hccl.get_root_info,
             "devices": lambda: [3], "rank_ids": lambda: [0], "sub_comm_id": lambda: 1, "sub_rank": lambda: 0,
             "rank_table_path": self.model_file, "grads": lambda: [rt.empty((4,))], "params": lambda: [rt.empty((4,))],
-            "average": lambda: True,
+            "average": lambda: True, "config": lambda: {"exec_timeout": 5},
         }
         return table[name]()
 

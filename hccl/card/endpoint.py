@@ -81,15 +81,15 @@ class Endpoint:
             status, pid = int(slot[STATUS]), int(slot[PID])
             if status in (HOST_GONE, CLOSED):
                 why = "its process exited" if status == HOST_GONE else "it destroyed the communicator"
-                raise HcclError(HcclResult.HCCL_E_REMOTE, f"{what}: rank {r} (card {int(slot[CARD])}) is gone: {why}")
+                raise HcclError(HcclResult.HCCL_E_REMOTE, f"{what}: EI0002 rank {r} (card {int(slot[CARD])}) is gone: {why}")
             if pid and not pid_alive(pid):
                 raise HcclError(HcclResult.HCCL_E_REMOTE,
-                                f"{what}: rank {r} (card {int(slot[CARD])}, pid {pid}) died: its card process is gone")
+                                f"{what}: EI0002 rank {r} (card {int(slot[CARD])}, pid {pid}) died: its card process is gone")
 
     def _missing_report(self, seq: int, what: str) -> str:
         arrived = [r for r in self.local if self.ctrl.slots[r, ARRIVED] >= seq]
         missing = [r for r in self.local if r not in arrived]
-        lines = [f"{what}: timed out after {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT) waiting for ranks {missing}; "
+        lines = [f"{what}: EI0002 timed out after {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT) waiting for ranks {missing}; "
                  f"arrived: {arrived}"]
         for r in missing:
             done = int(self.ctrl.slots[r, DONE])
@@ -331,7 +331,7 @@ class Endpoint:
                   check=lambda: self._check_peers([peer], what), sleeper=self._sleeper)
         except WaitAbort:
             raise HcclError(HcclResult.HCCL_E_TIMEOUT,
-                            f"{what}: rank {peer} never posted the matching recv within {self.exec_timeout:g} s "
+                            f"{what}: EI0002 rank {peer} never posted the matching recv within {self.exec_timeout:g} s "
                             f"(HCCL_EXEC_TIMEOUT)") from None
         if box[P_RECV_DONE] < 0:
             box[P_RECV_DONE] = seq
@@ -348,7 +348,7 @@ class Endpoint:
                   check=lambda: self._check_peers([peer], what), sleeper=self._sleeper)
         except WaitAbort:
             raise HcclError(HcclResult.HCCL_E_TIMEOUT,
-                            f"{what}: rank {peer} never sent within {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT)") from None
+                            f"{what}: EI0002 rank {peer} never sent within {self.exec_timeout:g} s (HCCL_EXEC_TIMEOUT)") from None
         if int(box[P_COUNT]) != count or int(box[P_DTYPE]) != dtype:
             got = (int(box[P_COUNT]), int(box[P_DTYPE]))
             box[P_RECV_DONE] = -1

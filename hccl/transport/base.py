@@ -24,7 +24,7 @@ from ..types import HcclResult
 def init_timeout(comm_id: str, nranks: int, joined, timeout: float) -> HcclError:
     missing = [r for r in range(nranks) if r not in joined]
     return HcclError(HcclResult.HCCL_E_TIMEOUT,
-                     f"comm init '{comm_id}': ranks {missing} never joined within {timeout:g} s "
+                     f"comm init '{comm_id}': EI0006 ranks {missing} never joined within {timeout:g} s "
                      f"(HCCL_CONNECT_TIMEOUT); joined: {sorted(joined)}")
 
 

@@ -142,7 +142,7 @@ class Hub:
         except RayError:
             detail = "and the hub does not answer"
         return HcclError(HcclResult.HCCL_E_TIMEOUT,
-                         f"{what}: timed out after {timeout:g} s (HCCL_EXEC_TIMEOUT) {detail}")
+                         f"{what}: EI0002 timed out after {timeout:g} s (HCCL_EXEC_TIMEOUT) {detail}")
 
     def arrive(self, rank: int, seq: int, fingerprint: str, done: int, what: str, timeout: float) -> list[str]:
         """Every rank (all nodes) has called collective ``seq``: what each one called."""

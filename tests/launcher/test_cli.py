@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(60)
 LINE = re.compile(r"^\[rank(\d+)\]:(.*)$")
 
 ENV_KEYS = ["RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "RANK_ID", "RANK_SIZE",
-            "DEVICE_ID", "ASCEND_DEVICE_ID", "RANK_TABLE_FILE", "RESTART_COUNT", "MASTER_ADDR", "NPUSIM_JOB",
+            "DEVICE_ID", "ASCEND_DEVICE_ID", "RANK_TABLE_FILE", "RESTART_COUNT", "MASTER_ADDR", "MASTER_PORT", "NPUSIM_JOB",
             "NPUSIM_NODE", "NPUSIM_CONFIG", "OMP_NUM_THREADS"]
 
 DUMP_ENV = textwrap.dedent(f"""
@@ -76,13 +76,22 @@ def test_eight_ranks_get_the_documented_environment(tmp_path, out_dir, capsys):
                     "RESTART_COUNT": 0, "NPUSIM_NODE": 0}
         assert {k: int(env[k]) for k in expected} == expected
         assert env["argv"] == ["--flag", "x y"]
-        assert env["MASTER_ADDR"] == "127.0.0.1"
+        assert env["MASTER_ADDR"] == "127.0.0.1" and 0 < int(env["MASTER_PORT"]) < 65536
         assert env["OMP_NUM_THREADS"] == os.environ.get("OMP_NUM_THREADS", "1")
         assert env["NPUSIM_CONFIG"] == str(ROOT / "configs" / "default.toml")
         jobs.add(env["NPUSIM_JOB"])
         # The rank table existed while the job ran and is gone with the job's temp dir.
         assert not Path(env["RANK_TABLE_FILE"]).exists()
     assert len(jobs) == 1 and jobs != {None}
+
+
+@pytest.mark.parametrize("flag", ["--master-port", "--master_port"])
+def test_master_port_and_addr_as_torchrun_takes_them(tmp_path, out_dir, capsys, flag):
+    path = script(tmp_path, "env.py", DUMP_ENV)
+    assert main(["--no-cards", "--nproc", "2", flag, "29533", "--master-addr", "localhost", path]) == 0
+    for line in [ls[0] for ls in rank_lines(capsys.readouterr()[0]).values()]:
+        env = json.loads(line[len("ENV "):])
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("localhost", "29533")
 
 
 def test_two_nodes_place_rank_r_on_node_r_div_nproc(tmp_path, out_dir, capsys):
@@ -232,6 +241,7 @@ def test_timeout_stops_the_job(tmp_path, capsys):
     (["--nproc", "9", "{script}"], "more ranks per node than the 8 cards"),
     (["--nproc", "2", "--local-ranks-filter", "5", "{script}"], "--local-ranks-filter '5'"),
     (["--max-restarts", "-1", "{script}"], "--max-restarts -1"),
+    (["--master-port", "70000", "{script}"], "--master-port 70000: expected a TCP port"),
     (["--config", "{bad_config}", "{script}"], "unknown key [node] cardz"),
     (["--config", "no_such_config", "{script}"], "config 'no_such_config' not found"),
 ])
