@@ -26,6 +26,7 @@ import subprocess
 import threading
 import time
 
+from . import forkserver
 from .output import STDERR, STDOUT, LineSplitter
 
 PR_SET_PDEATHSIG = 1
@@ -54,12 +55,41 @@ def _child_setup(parent_pid: int, libc):
     return setup
 
 
+class _Forked:
+    """A rank forked by the fork server (``forkserver.py``), with what the agent uses of ``Popen``: ``pid``,
+    its pipes as ``stdout``/``stderr``, and ``wait()`` — the exit status the server reported."""
+
+    def __init__(self, server, spec: RankSpec, on_exit):
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        self.returncode = None
+        self._on_exit = on_exit
+        try:
+            self.pid = server.spawn(spec.argv, spec.env, spec.cwd, out_w, err_w, self._exited)
+        except BaseException:
+            for fd in (out_r, err_r):
+                os.close(fd)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        self.stdout, self.stderr = os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)
+
+    def _exited(self, code: int) -> None:
+        self.returncode = code
+        self._on_exit(self)
+
+    def wait(self):
+        return self.returncode
+
+
 class _Rank:
     """One started rank process and the bookkeeping of its pipes."""
 
-    def __init__(self, spec: RankSpec, attempt: int, proc: subprocess.Popen):
+    def __init__(self, spec: RankSpec, attempt: int, proc):
         self.spec, self.attempt, self.proc = spec, attempt, proc
-        self.pidfd = os.pidfd_open(proc.pid)
+        # a Popen child's exit shows on its pidfd; a forked one's is reported by the fork server
+        self.pidfd = os.pidfd_open(proc.pid) if isinstance(proc, subprocess.Popen) else None
         self.open_fds = {proc.stdout.fileno(): STDOUT, proc.stderr.fileno(): STDERR}
         self.splitters = {STDOUT: LineSplitter(), STDERR: LineSplitter()}
         self.tail = collections.deque(maxlen=TAIL_LINES)
@@ -249,6 +279,10 @@ class NodeAgent:
                 return
             if item[0] == "start":
                 self._start(*item[1:])
+            elif item[0] == "exited":               # the fork server reaped one of our ranks
+                r = next((r for r in self._ranks + self._retired if r.proc is item[1]), None)
+                if r is not None and not r.reaped:
+                    self._reap(r)
             elif item[0] == "resume":
                 self._paused = False
                 self._register_outputs()
@@ -267,14 +301,19 @@ class NodeAgent:
         pids = []
         try:
             for spec in specs:
-                proc = subprocess.Popen(
-                    list(spec.argv), env=spec.env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                    preexec_fn=_child_setup(os.getpid(), self._libc))
+                server = forkserver.server_for(spec.argv, spec.env) if os.path.isdir(spec.cwd) else None
+                if server is not None:
+                    proc = _Forked(server, spec, lambda p: self._request(("exited", p)))
+                else:
+                    proc = subprocess.Popen(
+                        list(spec.argv), env=spec.env, cwd=spec.cwd, stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                        preexec_fn=_child_setup(os.getpid(), self._libc))
                 r = _Rank(spec, attempt, proc)
                 for fd in r.open_fds:
                     os.set_blocking(fd, False)
-                self._sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
+                if r.pidfd is not None:
+                    self._sel.register(r.pidfd, selectors.EVENT_READ, ("exit", r))
                 with self._cond:
                     self._ranks.append(r)
                 pids.append(proc.pid)
@@ -339,8 +378,9 @@ class NodeAgent:
             while fd in r.open_fds and self._read(r, fd):
                 pass
         returncode = r.proc.wait()
-        self._sel.unregister(r.pidfd)
-        os.close(r.pidfd)
+        if r.pidfd is not None:
+            self._sel.unregister(r.pidfd)
+            os.close(r.pidfd)
         with self._cond:
             r.reaped = True
             self._exits.append({
@@ -357,7 +397,7 @@ class NodeAgent:
                 if fd in self._sel.get_map():
                     self._sel.unregister(fd)
                 (r.proc.stdout if r.open_fds.pop(fd) == STDOUT else r.proc.stderr).close()
-            if not r.reaped:
+            if not r.reaped and r.pidfd is not None:
                 self._sel.unregister(r.pidfd)
                 os.close(r.pidfd)
         self._retired = []

@@ -22,6 +22,12 @@ Options (torchrun's names; the underscored spellings such as ``--nproc_per_node`
   --rank-table PATH               write the job's rank table there (default: the job's temp dir)
   --master-port PORT              MASTER_PORT for torch's env:// rendezvous (default: a free port per attempt)
   --master-addr HOST              MASTER_ADDR (default 127.0.0.1; node 0's host with --nnodes > 1)
+
+The persistent local cluster
+  launch --up [--config NAME]     start a local session whose cards stay booted (a daemon); every launch and
+                                  spawn on this machine then borrows its warm cards (and says so in one line)
+                                  instead of starting Ray and booting cards. NPUSIM_CLUSTER=0 ignores it.
+  launch --down                   stop it;  launch --status: one line about it
   --timeout SECONDS               wall-clock limit for the whole job, restarts included
   --grace-period SECONDS          SIGTERM → SIGKILL delay when stopping ranks (default 5)
   -m, --module                    run the target as ``python -m module``
@@ -168,11 +174,38 @@ def config_from_args(ns: argparse.Namespace) -> RunConfig:
         grace=ns.grace, cards=not ns.no_cards, master_addr=ns.master_addr, master_port=ns.master_port)
 
 
+_told_cluster = False
+
+
 def _make_backend(rc: RunConfig):
     if not rc.cards:
         return LocalBackend(rc)
+    backend = _cluster_backend(rc)
+    if backend is not None:
+        return backend
     from .ray_backend import RayBackend  # imports Ray: only when cards are wanted
     return RayBackend(rc)
+
+
+def _cluster_backend(rc: RunConfig):
+    """The persistent local cluster's backend (``launch --up``) when it is up and fits the job, else None."""
+    global _told_cluster
+    from .ray_backend import _ray_initialized
+    if rc.nnodes != 1 or rc.address or _ray_initialized() or os.environ.get("NPUSIM_CLUSTER", "1") == "0":
+        return None
+    from . import cluster
+    info = cluster.find()
+    if info is None:
+        return None
+    if info.get("config") != rc.hw.to_dict():
+        print(f"npusim: the local cluster (pid {info['pid']}) runs config {info['config_path']}, this job asks "
+              f"for {rc.hw.path}: starting an embedded session instead", file=sys.stderr)
+        return None
+    if not _told_cluster:
+        print(f"npusim: using the local cluster (pid {info['pid']}, started by `launch --up`)", file=sys.stderr)
+        _told_cluster = True
+    from .cluster_backend import ClusterBackend
+    return ClusterBackend(rc, info)
 
 
 def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bool = False) -> JobResult:
@@ -319,6 +352,9 @@ def report(rc: RunConfig, result: JobResult, router_summary) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """The `launch` command; returns the exit status (the console script passes it to sys.exit)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in ("--up", "--down", "--status"):
+        return _cluster_command(argv)
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)
@@ -338,3 +374,20 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     finally:
         router.close()
+
+
+def _cluster_command(argv: list[str]) -> int:
+    """``launch --up [--config NAME]``, ``launch --down``, ``launch --status`` (the persistent local cluster)."""
+    from . import cluster
+    cmd, rest = argv[0], argv[1:]
+    config = None
+    if cmd == "--up" and len(rest) == 2 and rest[0] == "--config":
+        config = rest[1]
+    elif rest:
+        print(f"launch: error: {cmd} takes {'only --config NAME' if cmd == '--up' else 'no arguments'}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return {"--up": lambda: cluster.up(config), "--down": cluster.down, "--status": cluster.status}[cmd]()
+    except NpuError as e:
+        print(f"launch: error: {e.message}", file=sys.stderr)
+        return EXIT_USAGE

@@ -50,10 +50,10 @@ class RayBackend:
                 f"launch: --nnodes {rc.nnodes}: the embedded local Ray session is a single node; start a Ray "
                 f"cluster whose nodes offer NPU (`ray start --head --resources='{{\"NPU\": {rc.nproc}}}'` and "
                 f"`ray start --address=<head> ...` on the others) and pass --address")
-        from rt.ray import session  # first: it sets what Ray reads at import
+        from rt.ray import pool, session  # first: it sets what Ray reads at import
         import ray
 
-        self._ray, self._session, self._rc = ray, session, rc
+        self._ray, self._session, self._pool, self._rc = ray, session, pool, rc
         self.agents: list = []    # per node: a NodeAgent here (the launcher's node) or a Ray actor handle
         self._local: set = set()  # indices of the nodes whose agent runs in this process
         self._news = threading.Event()  # set by the in-process agents when they have news for poll()
@@ -69,6 +69,8 @@ class RayBackend:
         else:
             session.start_local_ray(rc.hw)
             self._started_here, where = True, "the embedded local session"
+        # Warm cards only pay off in a session that outlives this job: the caller's (a test fixture, a notebook).
+        self._warm = not (self._started_here or self._connected_here)
         try:
             context = ray.get_runtime_context()
             self.nodes = place_nodes(session.nodes_with_npus(), rc.nnodes, rc.nproc, context.get_node_id(), where)
@@ -125,9 +127,15 @@ class RayBackend:
         """Create this attempt's card actors on every node; returns each node's extra rank environment."""
         card_job = job_id if attempt == 0 else f"{job_id}r{attempt}"  # fresh actor names for a restart
         # Cards of every node boot at once and while the ranks start (a rank's rt waits for its card's
-        # socket); start() then waits for all of them, so a card that fails still stops the job.
-        fresh = [self._session.create_cards(card_job, index, node["node_id"], self._rc.hw, indices=self._rc.devices,
-                                            wait=False) for index, node in enumerate(self.nodes)]
+        # socket); start() then waits for all of them, so a card that fails still stops the job. In a Ray
+        # session that outlives the job the cards are warm ones (rt/ray/pool.py), reset after each job.
+        if not self._warm:
+            fresh = [self._session.create_cards(card_job, index, node["node_id"], self._rc.hw,
+                                                indices=self._rc.devices, wait=False)
+                     for index, node in enumerate(self.nodes)]
+        else:
+            fresh = [self._pool.acquire(card_job, index, node["node_id"], self._rc.hw, count=node["npus"], wait=False)
+                     for index, node in enumerate(self.nodes)]
         self._cards.extend(fresh)
         return [{**self.job_env, "NPUSIM_JOB": card_job, "NPUSIM_CARD_DIR": c.socket_dir} for c in fresh]
 
@@ -186,7 +194,10 @@ class RayBackend:
         """Destroy this attempt's card actors and their socket directories."""
         cards, self._cards = self._cards, []
         for c in cards:
-            self._session.destroy_cards(c)
+            if not self._warm:
+                self._session.destroy_cards(c)
+            else:
+                self._pool.release(c)             # reset and kept warm for the next job of this session
 
     def close(self) -> None:
         """Kill the node agents (their ranks die with them) and leave Ray as we found it."""

@@ -38,6 +38,8 @@ def _shm_names() -> set[str]:
 
 # ---------------------------------------------------------------- deadlines
 def pytest_configure(config):
+    # a developer's persistent local cluster (launch --up) must not change what the tests exercise
+    os.environ["NPUSIM_CLUSTER"] = "0"
     global _shm_before
     _shm_before = _shm_names()
     config.addinivalue_line("markers", "ray: needs the embedded Ray session (slow)")
@@ -106,8 +108,25 @@ def _descendants() -> set[int]:
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """One embedded Ray session (127.0.0.1, no dashboard) for every Ray test; yields its GCS address."""
+def npu_session():
+    """One embedded Ray session (127.0.0.1, no dashboard) for every Ray test — this suite's override of the
+    npusim pytest plugin's fixture (so ``npu_spawn`` uses it too), with the leak check below."""
+    from launcher.pytest_plugin import NpuSession
+    gen = _ray_session()
+    address = next(gen)
+    try:
+        yield NpuSession("embedded", address)
+    finally:
+        next(gen, None)
+
+
+@pytest.fixture(scope="session")
+def ray_session(npu_session):
+    """The session's GCS address (tests that join it as a Ray cluster)."""
+    return npu_session.address
+
+
+def _ray_session():
     import ray
 
     from rt.ray import session
@@ -123,7 +142,10 @@ def ray_session():
         yield address
     finally:
         from rt.host import reaper
+        from launcher import forkserver
         mine = {reaper._reaper.child} if reaper._reaper is not None else set()   # ours, not Ray's: outlives it
+        if forkserver._server is not None:
+            mine.add(forkserver._server.proc.pid)       # the rank fork server: lives as long as this process
         _ray_pids.update(_descendants() - before - mine)
         session._started_here = True
         session.stop_ray()              # shuts Ray down and has the reaper end its lingering agents now

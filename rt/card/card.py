@@ -76,14 +76,15 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
     """
 
     def __init__(self, *, node: int = 0, index: int = 0, capacity: int = 2 << 30, soc_name: str = "Ascend910B1",
-                 small_segment: int = 2 << 20, large_segment: int = 20 << 20, cards_per_node: int = 8):
+                 small_segment: int = 2 << 20, large_segment: int = 20 << 20, cards_per_node: int = 8,
+                 va_start: int | None = None):
         forward_warnings()
         self.node, self.index = node, index
         self.where = f"card {index} (node {node})"
         self.soc_name = soc_name
         self.cards_per_node = cards_per_node
-        self.memory = DeviceMemory(node=node, card=index, capacity=capacity,
-                                   small_segment=small_segment, large_segment=large_segment)
+        self.memory = DeviceMemory(node=node, card=index, capacity=capacity, small_segment=small_segment,
+                                   large_segment=large_segment, **({} if va_start is None else {"va_start": va_start}))
         self.streams: dict[int, StreamQueue] = {}
         self.events: dict[int, CardEvent] = {}
         self.conns: dict[int, Connection] = {}

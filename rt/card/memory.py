@@ -82,7 +82,7 @@ class DeviceMemory(MemoryDiagnostics):
     def __init__(self, *, node: int, card: int, capacity: int,
                  small_segment: int = 2 << 20, large_segment: int = 20 << 20,
                  prefault: bool = True, freed_history: int = 100_000,
-                 va_size: int = OFFSET_LIMIT):
+                 va_size: int = OFFSET_LIMIT, va_start: int = VA_BASE):
         make_addr(node, card, 0)  # validates node and card
         for name, value in (("capacity", capacity), ("small_segment", small_segment),
                             ("large_segment", large_segment)):
@@ -101,7 +101,8 @@ class DeviceMemory(MemoryDiagnostics):
         self._pool = BlockPool(node=node, card=card, capacity=self.capacity, small_segment=int(small_segment),
                                large_segment=int(large_segment), prefault=prefault, stats=self._stats)
         # virtual side: live allocations sorted by start, and a bounded record of freed ones
-        self._va_cursor = self._base + VA_BASE
+        # a card reused by a new job starts where the last job's addresses ended: none of them is valid again
+        self._va_cursor = self._base + (va_start if VA_BASE <= va_start < va_size // 2 else VA_BASE)
         self._va_end = self._base + va_size
         self._wrapped = False
         self._starts: list[int] = []
@@ -142,6 +143,10 @@ class DeviceMemory(MemoryDiagnostics):
             return start
 
     # ---- virtual addresses -----------------------------------------------------------------
+
+    def next_va_start(self) -> int:
+        """Where a successor's address range should start (past everything this memory handed out)."""
+        return round_up(self._va_cursor - self._base + VA_GUARD, VA_ALIGN)
 
     def _place_va(self, rounded: int) -> int:
         """A fresh virtual range for ``rounded`` bytes plus the guard gap, past every live one."""

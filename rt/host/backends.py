@@ -21,7 +21,9 @@ from ..constants import AclErrorCode as E
 from ..errors import AclError
 from ..wire.channel import LocalTransport, SocketTransport, socket_path
 
-CARD_WAIT = float(os.environ.get("NPUSIM_CARD_WAIT", "60"))   # seconds a rank waits for its card to boot
+def card_wait() -> float:
+    """Seconds a rank waits for its card to boot (NPUSIM_CARD_WAIT, read when used: a forked rank's own)."""
+    return float(os.environ.get("NPUSIM_CARD_WAIT", "60"))
 
 
 class LocalCards:
@@ -75,12 +77,13 @@ class SocketDirCards:
     def connect(self, index, on_message, on_close):
         path = self.path(index)
         # Under launch the cards boot while the ranks start: give the card a bounded moment to appear.
-        deadline = time.monotonic() + (CARD_WAIT if os.path.isdir(self.dir) else 0)
+        wait = card_wait()
+        deadline = time.monotonic() + (wait if os.path.isdir(self.dir) else 0)
         while not os.path.exists(path):
             if time.monotonic() >= deadline:
                 raise AclError(E.ACL_ERROR_RT_NO_DEVICE,
                                f"card {index} of node {self.node} is not running (no socket at {path} after "
-                               f"{CARD_WAIT:g} s; did the job end or the card fail to start?)")
+                               f"{wait:g} s; did the job end or the card fail to start?)")
             time.sleep(0.02)
         while True:
             try:

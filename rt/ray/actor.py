@@ -53,22 +53,33 @@ def job_board(namespace: str):
 
 @ray.remote
 class CardActor:
+    """One card, serving its Unix socket. Between jobs a warm card is ``reset``: the card is rebuilt from
+    scratch (memory, streams, events, models, kernels, extensions' state, statistics), its addresses start
+    past every address the last job saw, and the socket is served again — only the actor process stays."""
+
     def __init__(self, node: int, index: int, cfg: dict, socket_dir: str, namespace: str):
+        from ..config import Config
+        from ..wire.channel import socket_path
+        self.node, self.index, self.cfg, self.namespace = node, index, Config(**cfg), namespace
+        self.socket_dir = socket_dir
+        self.path = socket_path(socket_dir, node, index)
+        self.jobs = 0
+        self._build(None)
+
+    def _build(self, va_start) -> None:
         from ..card.card import Card
         from ..card.peers import Peers
-        from ..config import Config
         from ..wire.channel import SocketTransport, socket_path
         from ..wire.server import CardServer
-        c = Config(**cfg)
-        self.card = Card(node=node, index=index, capacity=c.hbm_bytes, soc_name=c.soc_name,
+        c = self.cfg
+        self.card = Card(node=self.node, index=self.index, capacity=c.hbm_bytes, soc_name=c.soc_name,
                          small_segment=c.small_segment_bytes, large_segment=c.large_segment_bytes,
-                         cards_per_node=c.cards_per_node)
+                         cards_per_node=c.cards_per_node, va_start=va_start)
         self.card.peers = Peers(self.card, lambda i, on_msg, on_close: SocketTransport(
-            socket_path(socket_dir, node, i), on_msg, on_close))
+            socket_path(self.socket_dir, self.node, i), on_msg, on_close))
         self.card.config = c
         self.card.fabric = "ray"
-        self.card.scope = namespace          # the job's Ray namespace: where the job's cards and hubs are named
-        self.path = socket_path(socket_dir, node, index)
+        self.card.scope = self.namespace     # the job's Ray namespace: where the job's cards and hubs are named
         self.server = CardServer(self.card, self.path)
 
     def address(self) -> str:
@@ -80,8 +91,18 @@ class CardActor:
     def ping(self) -> bool:
         return True
 
+    def reset(self) -> int:
+        """Make the card as new for the next job (see the class docstring); returns how many jobs it served."""
+        va = self.card.memory.next_va_start()
+        self._close()
+        self._build(va)
+        self.jobs += 1
+        return self.jobs
 
-    def shutdown(self) -> None:
+    def _close(self) -> None:
         self.server.close()
         self.card.peers.close()
         self.card.close()
+
+    def shutdown(self) -> None:
+        self._close()

@@ -210,6 +210,8 @@ def stop_ray() -> None:
     global _started_here, _session_tag
     ray = _ray()
     if _started_here and ray.is_initialized():
+        from . import pool
+        pool.drain()
         ray.shutdown()
         if _session_tag:
             reaper.sweep(_session_tag)
@@ -248,13 +250,17 @@ class CardSet:
     created: bool
     pending: dict = dataclasses.field(default_factory=dict)   # readiness refs not yet waited for
     board: object = None                  # the job's JobBoard (this handle keeps it alive while the cards live)
+    shape: tuple | None = None            # set for warm cards of rt/ray/pool.py: the shape they are kept under
+    warm: bool = False                    # lent again after a reset (not booted for this job)
 
 
 def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: int | None = None,
                  socket_dir: str | None = None, timeout: float = 60.0, indices=None, wait: bool = True) -> CardSet:
     """Create (or find) the card actors 0..count-1 (or ``indices``) of ``node``, pinned to Ray node ``node_id``."""
     from .actor import CardActor
+    from . import pool
     count = cfg.cards_per_node if count is None else count
+    pool.make_room(node_id, len(indices) if indices is not None else count)   # idle warm cards yield their NPU
     socket_dir = socket_dir or os.path.join(socket_root(), job)
     os.makedirs(socket_dir, mode=0o700, exist_ok=True)
     reaper.path(socket_dir)             # removed by destroy_cards, or by the reaper if we die first
@@ -319,5 +325,10 @@ def destroy_cards(cards: CardSet) -> None:
             ray.kill(a, no_restart=True)
         except Exception:
             pass
+    forget_cards(cards)
+
+
+def forget_cards(cards: CardSet) -> None:
+    """Remove the socket directory of cards that are gone."""
     shutil.rmtree(cards.socket_dir, ignore_errors=True)
     reaper.forget(cards.socket_dir)

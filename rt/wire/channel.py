@@ -24,6 +24,20 @@ def socket_path(socket_dir: str, node: int, index: int) -> str:
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 
 
+def recv_chunk(sock: socket.socket):
+    """One recvmsg: ``(bytes, fds)``; ``(None, [])`` at EOF."""
+    data, anc, _flags, _addr = sock.recvmsg(RECV_BYTES, _FD_SPACE)
+    if not data:
+        return None, []
+    fds = []
+    for level, typ, payload in anc:
+        if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+            arr = array.array("i")
+            arr.frombytes(payload[: len(payload) - (len(payload) % arr.itemsize)])
+            fds.extend(arr)
+    return data, fds
+
+
 def recv_into(sock: socket.socket, unpacker):
     """One recvmsg: feed the bytes, return (messages, fds); ([], None) at EOF."""
     data, anc, _flags, _addr = sock.recvmsg(RECV_BYTES, _FD_SPACE)
@@ -99,13 +113,36 @@ class SocketTransport:
 
     def _read(self) -> None:
         decoder = unpacker()
+        fed = end = 0            # bytes fed to the decoder so far; end of the last complete message
+        held: list[int] = []     # fds of a message whose bytes have not all arrived yet
         try:
             while True:
-                msgs, fds = recv_into(self.sock, decoder)
-                if fds is None:
+                data, fds = recv_chunk(self.sock)
+                if data is None:
                     break
+                decoder.feed(data)
+                fed += len(data)
+                msgs = []
+                for m in decoder:
+                    msgs.append(m)
+                    end = decoder.tell()         # exact right after a complete message
+                # Linux ends a recvmsg right after the piece of stream that carried descriptors, which is the
+                # start of the message they were sent with: that message is the last one of this chunk, or, if
+                # it is not complete yet (a large one), the next one to complete. Earlier held descriptors
+                # belong to the first message completed here.
+                carry, held = held, []
+                last = []
+                if fds:
+                    if end < fed:
+                        held = fds
+                    else:
+                        last = fds
+                if not msgs:
+                    held = carry + held
+                    continue
                 for i, m in enumerate(msgs):
-                    self._on_message(m, fds if i == 0 else [])
+                    mine = (carry if i == 0 else []) + (last if i == len(msgs) - 1 else [])
+                    self._on_message(m, mine)
         except OSError:
             pass
         finally:

@@ -213,11 +213,11 @@ def test_spawned_ranks_see_the_callers_argv():
 
 def fail_everywhere(sync_dir, world):
     rank = int(os.environ["RANK"])
-    open(os.path.join(sync_dir, f"r{rank}"), "w").close()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})    # finish failing even while being stopped
+    open(os.path.join(sync_dir, f"r{rank}"), "w").close()         # (blocked before any rank can go on and fail)
     deadline = time.monotonic() + 30
     while len(os.listdir(sync_dir)) < world and time.monotonic() < deadline:
         time.sleep(0.005)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})    # finish failing even while being stopped
     raise ValueError(f"rank {rank} cannot go on")
 
 

@@ -39,7 +39,7 @@ def test_rank_waits_for_a_card_socket_that_appears_late(tmp_path):
 
 
 def test_a_card_that_never_boots_is_named_after_the_wait(tmp_path, monkeypatch):
-    monkeypatch.setattr(backends, "CARD_WAIT", 0.2)
+    monkeypatch.setenv("NPUSIM_CARD_WAIT", "0.2")
     with pytest.raises(errors.AclError) as info:
         backends.SocketDirCards(load_config(), str(tmp_path), 0).connect(3, lambda m, f: None, None)
     assert info.value.code == 207004

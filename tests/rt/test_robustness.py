@@ -192,3 +192,40 @@ def test_a_warning_inside_a_kernel_is_a_warning_of_the_enqueuing_process(dev0):
         rt.synchronize_device()
     assert [(str(w.message), w.filename) for w in record] == [
         ("overflow encountered in exp (in a kernel task)", "<card 0 (node 0)>")]
+
+
+def test_descriptors_reach_the_message_they_were_sent_with():
+    """A reply carrying an fd right behind one that does not (one recvmsg reads both), and a large reply whose
+    fds arrive with its first bytes only: each message gets exactly its own descriptors."""
+    import array
+    import socket
+    import threading
+    from rt.wire import channel
+    from rt.wire.protocol import pack
+
+    def send(sock, msg, fds=()):
+        if fds:
+            sock.sendmsg([pack(msg)], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        else:
+            sock.sendall(pack(msg))
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    got, done = [], threading.Event()
+    t = channel.SocketTransport.__new__(channel.SocketTransport)
+    t.sock, t.closed, t.path = b, False, "test"
+    t._on_message = lambda m, fds: (got.append((m[0], len(fds))), [os.close(f) for f in fds])
+    t._on_close = done.set
+    r, w = os.pipe()
+    send(a, [1, "no fds"])
+    send(a, [2, "one fd"], [r])                        # queued before the reader runs: read together with 1
+    reader = threading.Thread(target=t._read, daemon=True)
+    reader.start()
+    send(a, [3, "x" * 3_000_000], [r, w])              # larger than one recvmsg
+    send(a, [4, "no fds"])
+    send(a, [5, "no fds"])
+    send(a, [6, "one fd"], [w])
+    a.close()
+    assert done.wait(10)
+    os.close(r)
+    os.close(w)
+    assert got == [(1, 0), (2, 1), (3, 2), (4, 0), (5, 0), (6, 1)]

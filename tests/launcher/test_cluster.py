@@ -1,0 +1,134 @@
+"""The persistent local cluster (`launch --up` / `--down`) and the pytest plugin (`npu_spawn`), run as users run
+them: subprocesses in a private temp dir, so a developer's own cluster is never touched."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(170)
+
+HELLO = textwrap.dedent("""
+    import os, hccl, rt, numpy as np
+    comm = hccl.init()
+    t = rt.Tensor.from_numpy(np.full(4, float(os.environ["RANK"]) + 1, np.float32))
+    comm.all_reduce(t)
+    print("sum", t.numpy()[0], "dir", os.environ["NPUSIM_CARD_DIR"])
+""")
+
+
+@pytest.fixture
+def private_tmp():
+    d = tempfile.mkdtemp(prefix="npc-", dir="/tmp")            # short: Ray's socket paths must stay < 108 bytes
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NPUSIM_BACKEND", "NPUSIM_CARD_DIR",
+                                                              "ASCEND_RT_VISIBLE_DEVICES")}
+    env.update(TMPDIR=d, NPUSIM_CLUSTER="1")
+    yield d, env
+    subprocess.run([sys.executable, "-m", "launcher", "--down"], env=env, capture_output=True, timeout=90)
+    subprocess.run(["rm", "-rf", d])
+
+
+def run(env, *argv, timeout=120):
+    return subprocess.run([sys.executable, "-m", "launcher", *argv], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def test_up_launch_status_down_and_a_stale_cluster_is_ignored(private_tmp):
+    tmp, env = private_tmp
+    script = Path(tmp) / "hello.py"
+    script.write_text(HELLO)
+    up = run(env, "--up")
+    assert up.returncode == 0 and "local cluster up" in up.stdout, up.stdout + up.stderr
+    assert "already up" in run(env, "--up").stdout                       # idempotent
+    dirs = set()
+    for _ in range(2):
+        job = run(env, "--nproc", "2", str(script))
+        assert job.returncode == 0, job.stdout + job.stderr
+        assert "npusim: using the local cluster (pid" in job.stderr
+        assert "[rank0]:sum 3.0" in job.stdout
+        dirs.add(job.stdout.split(" dir ")[1].split()[0])
+    assert len(dirs) == 1                                                # the same warm cards served both
+    status = run(env, "--status")
+    assert status.returncode == 0 and "2 jobs served" in status.stdout, status.stdout
+
+    # a daemon killed with SIGKILL leaves a stale state file: it is ignored and the job starts its own session
+    pid = int(status.stdout.split("pid ")[1].split(",")[0])
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while psutil.pid_exists(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    job = run(env, "--nproc", "2", str(script))
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert "using the local cluster" not in job.stderr and "[rank0]:sum 3.0" in job.stdout
+    assert run(env, "--status").returncode == 1                          # reported as not running
+    down = run(env, "--down")
+    assert down.returncode == 0
+
+
+def test_down_stops_everything(private_tmp):
+    tmp, env = private_tmp
+    assert run(env, "--up").returncode == 0
+    pid = int(run(env, "--status").stdout.split("pid ")[1].split(",")[0])
+    kids = [c.pid for c in psutil.Process(pid).children(recursive=True)]
+    assert kids                                                          # Ray and its card workers
+    down = run(env, "--down")
+    assert down.returncode == 0 and "stopped" in down.stdout
+    gone = psutil.wait_procs([psutil.Process(p) for p in kids if psutil.pid_exists(p)], timeout=20)[1]
+    assert not [p.pid for p in gone if p.status() != psutil.STATUS_ZOMBIE]
+    assert not os.path.exists(os.path.join(tmp, f"npusim-{os.getuid()}", "cluster"))
+
+
+PLUGIN_TESTS = textwrap.dedent("""
+    import os, time
+    import numpy as np
+    import pytest
+    import launcher
+
+    def reduce_rank():
+        import hccl, rt
+        comm = hccl.init()
+        t = rt.Tensor.from_numpy(np.full(2, float(os.environ["RANK"]), np.float32))
+        comm.all_reduce(t)
+        return float(t.numpy()[0])
+
+    def slow():
+        time.sleep(30)
+
+    def boom():
+        if os.environ["RANK"] == "2":
+            raise KeyError("rank two")
+        return 0
+
+    @pytest.mark.parametrize("n", [2, 4, 8])
+    def test_sum(npu_spawn, n):
+        assert npu_spawn(reduce_rank, nproc=n) == [n * (n - 1) / 2] * n
+
+    def test_failure_names_the_rank(npu_spawn):
+        with pytest.raises(launcher.LaunchError) as e:
+            npu_spawn(boom, nproc=4)
+        assert "rank 2" in str(e.value) and "KeyError" in str(e.value)
+
+    @pytest.mark.npu_timeout(2)
+    def test_deadline(npu_spawn):
+        with pytest.raises(launcher.LaunchError) as e:
+            npu_spawn(slow, nproc=2)
+        assert e.value.status == "timeout"
+""")
+
+
+def test_the_pytest_plugin_runs_distributed_tests_on_warm_cards(private_tmp):
+    tmp, env = private_tmp
+    env["NPUSIM_CLUSTER"] = "0"                                          # the plugin's own embedded session
+    (Path(tmp) / "test_dist.py").write_text(PLUGIN_TESTS)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_dist.py"],
+                          cwd=tmp, env=env, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "5 passed" in done.stdout
