@@ -13,7 +13,7 @@ import ray
 BOARD_NAME = "npusim-board"        # one per job, in the job's Ray namespace
 
 
-@ray.remote(num_cpus=0, max_concurrency=1024)
+@ray.remote(num_cpus=0, max_concurrency=256)
 class JobBoard:
     """Parties of one key wait for each other: each brings a value, all get every value (in index order).
     A threaded actor: a waiting party holds one of its threads, never a card's."""

@@ -320,9 +320,9 @@ def destroy_cards(cards: CardSet) -> None:
         ray.wait(refs, num_returns=len(refs), timeout=10)
     except Exception:
         pass
-    for a in cards.actors:
+    for a in cards.actors + ([cards.board] if cards.board is not None else []):
         try:
-            ray.kill(a, no_restart=True)
+            ray.kill(a, no_restart=True)   # the board too: left to go out of scope, its threads crash at exit
         except Exception:
             pass
     forget_cards(cards)
