@@ -16,6 +16,8 @@ and no environment variable that shapes interpreter start-up differs from the se
 ``PYTHONWARNINGS``, ``OMP_NUM_THREADS``, ``LD_PRELOAD``, ...); otherwise, or with ``NPUSIM_FORK_SERVER=0``,
 ranks start as before. One difference remains by construction: ranks forked from one server share its hash
 seed (``hash()`` of a str is the same on every rank); set ``NPUSIM_FORK_SERVER=0`` to give each its own.
+``NPUSIM_FORK_PRELOAD=mod1,mod2`` adds modules the server imports before forking (the pytest plugin adds
+``pytest``, which every rank of a test imports with the test's module).
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ class ForkServer:
         self.startup_env = {k: startup_env.get(k) for k in STARTUP_VARS}
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         env = {k: v for k, v in startup_env.items() if k in STARTUP_VARS or k in ("PATH", "HOME", "PYTHONPATH",
-                                                                                     "TMPDIR", "LANG", "LC_ALL")}
+                                                                                     "TMPDIR", "LANG", "LC_ALL",
+                                                                                     "NPUSIM_FORK_PRELOAD")}
         env.setdefault("OMP_NUM_THREADS", "1")
         env["OPENBLAS_NUM_THREADS"] = env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
         self.proc = _keeper().run(lambda: subprocess.Popen(
@@ -225,7 +228,8 @@ def serve() -> None:
     from . import forkchild
     sock = socket.socket(fileno=int(sys.argv[1]))
     import importlib
-    for name in PRELOAD:
+    extra = [m for m in os.environ.get("NPUSIM_FORK_PRELOAD", "").split(",") if m]   # e.g. the pytest plugin's
+    for name in (*PRELOAD, *extra):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a rank that needs it imports it (and reports the error) itself

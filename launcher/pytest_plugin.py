@@ -49,6 +49,8 @@ class NpuSession:
 @pytest.fixture(scope="session")
 def npu_session():
     import sys
+    # ranks import the test module, hence pytest: the fork server imports it once instead (~0.1 s per rank)
+    os.environ.setdefault("NPUSIM_FORK_PRELOAD", "pytest")
     from launcher import cluster
     info = cluster.find() if os.environ.get("NPUSIM_CLUSTER", "1") != "0" else None
     if info is not None:
