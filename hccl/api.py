@@ -13,6 +13,9 @@ import numpy as np
 from rt import args
 from rt.addresses import decode_addr
 from rt.errors import AclError, HcclError
+from rt.faults import FAULTS
+from rt.host.racecheck import RACE
+from rt.host.recorder import RECORDER
 from rt.host.runtime import RUNTIME
 from rt.host.streams import stream_handle
 
@@ -77,11 +80,31 @@ def _launch(comm, stream, op, params, buffers, call):
     if params.get("root") is not None:
         desc += f", root={params['root']}"
     params = dict(params, fingerprint=f"{op}({desc})", algo=comm.options.get("algo", ""))
-    host = comm.host_path()
+    if RACE.on():
+        _race(comm, st, seq, op, params, buffers)
+    entry = RECORDER.collective(comm, op, params, seq, st) if RECORDER.enabled else None   # before: a rank
+    host = comm.host_path()                                                                # stopped in the call
+    if FAULTS.armed:                                                                       # is seen in it
+        host, params = FAULTS.collective(comm, op, seq, params, host)     # NPUSIM_FAULTS (rt/faults.py)
     if host is not None and host.run(st, seq, op, params, buffers):
+        if entry is not None:
+            RECORDER.placed(entry, host.handed_task, on_host=host.handed_task is None)
         return
-    st.ctx.client.submit(st.id, "hccl_collective", comm.id, comm.rank, seq, op, params,
-                         {k: v for k, v in buffers.items() if v is not None})
+    task = st.ctx.client.submit(st.id, "hccl_collective", comm.id, comm.rank, seq, op, params,
+                                {k: v for k, v in buffers.items() if v is not None})
+    if entry is not None:
+        RECORDER.placed(entry, task)
+
+
+def _race(comm, st, seq, op, params, buffers) -> None:
+    """The race detector's view of a collective: send read, recv written (broadcast's buffer both), then a
+    synchronisation among the ranks' streams."""
+    send, recv = buffers.get("send"), buffers.get("recv")
+    reads = [("dev", send[0], send[1])] if send else []
+    writes = [("dev", recv[0], recv[1])] if recv else []
+    if op == "broadcast" and recv:
+        reads.append(("dev", recv[0], recv[1]))
+    RACE.collective(st, comm.id, seq, f"{op} #{seq} (comm {comm.id!r})", reads, writes)
 
 
 def _prep(comm, count, dtype, call):
@@ -215,7 +238,14 @@ def _p2p(comm, items, stream, call):
             raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: count must be > 0 for send/recv")
         wire.append([kind, peer, b[0], count, code, b[1]])
     st = _stream(comm, stream, call)
-    st.ctx.client.submit(st.id, "hccl_p2p", comm.id, comm.rank, wire)
+    extra = FAULTS.p2p(comm, call) if FAULTS.armed else ()                # NPUSIM_FAULTS (rt/faults.py)
+    task = st.ctx.client.submit(st.id, "hccl_p2p", comm.id, comm.rank, wire, *extra)
+    if RACE.on():
+        RACE.task(st, call, [("dev", ptr, n) for kind, _, ptr, _, _, n in wire if kind == "send"],
+                  [("dev", ptr, n) for kind, _, ptr, _, _, n in wire if kind == "recv"])
+    if RECORDER.enabled:
+        RECORDER.record("p2p", call, st.ctx.client, st.id, task, comm=comm.id, rank=comm.rank, size=comm.size,
+                        items=[[k, peer, count, dtype] for k, peer, _, count, dtype, _ in wire])
 
 
 def send(buf, count, dtype, dest, comm, stream=None) -> None:

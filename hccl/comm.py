@@ -8,7 +8,7 @@ import threading
 import uuid
 
 import rt
-from rt import args
+from rt import args, slog
 from rt.errors import HcclError
 from rt.host.runtime import RUNTIME
 from rt.wire import extensions
@@ -143,6 +143,8 @@ def _init(ctx, comm_id: str, nranks: int, rank: int, call: str, config: dict | N
                             timeout=opts["connect_timeout"] + 30,
                             timeout_error=lambda: HcclError(HcclResult.HCCL_E_TIMEOUT,
                                                             f"{call}: card {ctx.physical} did not answer"))
+    slog.info(slog.HCCL, "%s: communicator '%s' ready, rank %d of %d on card %d (node %d)", call, comm_id, rank,
+              nranks, ctx.physical, ctx.node)
     return Communicator(ctx, comm_id, rank, nranks, reply["members"], opts)
 
 
@@ -263,6 +265,7 @@ def create_sub_comm(comm: Communicator, rank_ids, sub_comm_id: int, sub_rank: in
 
 def comm_destroy(comm: Communicator) -> None:
     _check_comm(comm, "comm_destroy")
+    slog.info(slog.HCCL, "comm_destroy: communicator '%s', rank %d of %d", comm.id, comm.rank, comm.size)
     comm.destroyed = True
     comm._host = None                  # unmaps the control block (the cards release theirs)
     hostpath.left(comm.id)

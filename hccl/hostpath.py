@@ -96,6 +96,7 @@ class HostPath:
 
     def run(self, stream, seq: int, op: str, params: dict, buffers: dict) -> bool:
         """Run collective ``seq`` here if possible; False (nothing done) means: submit it to the card."""
+        self.handed_task = None          # the stream task the rest went to, when the card finishes it
         if not fits_stage(op, params, self.comm.size):
             return False
         with self.comm.ctx.devmap.hold():
@@ -138,7 +139,7 @@ class HostPath:
 
     def _hand_over(self, client, stream, seq, op, params, buffers, target) -> bool:
         """The card finishes it (the stream's order lock is held, so it is the stream's next task)."""
-        client.submit(stream.id, "hccl_finish", self.comm.id, self.comm.rank, seq, op, params,
-                      {k: v for k, v in buffers.items() if v is not None}, target)
+        self.handed_task = client.submit(stream.id, "hccl_finish", self.comm.id, self.comm.rank, seq, op, params,
+                                         {k: v for k, v in buffers.items() if v is not None}, target)
         self.handed += 1
         return True

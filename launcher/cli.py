@@ -22,6 +22,20 @@ Options (torchrun's names; the underscored spellings such as ``--nproc_per_node`
   --rank-table PATH               write the job's rank table there (default: the job's temp dir)
   --master-port PORT              MASTER_PORT for torch's env:// rendezvous (default: a free port per attempt)
   --master-addr HOST              MASTER_ADDR (default 127.0.0.1; node 0's host with --nnodes > 1)
+  --race-check                    run every rank with the stream race detector on (NPUSIM_RACE_CHECK=1: races are
+                                  warnings; set NPUSIM_RACE_CHECK=raise to make the next synchronize raise
+                                  rt.RaceError instead; docs/races.md)
+  --profile FILE                  write the job's timeline there (Chrome trace / Perfetto JSON: a track per
+                                  rank, per card stream, memory counters, flows; docs/tracing.md)
+  --inject SPEC                   inject faults to test recovery code: every rank gets NPUSIM_FAULTS=SPEC, e.g.
+                                  ``kill:rank=1:collective=3`` (SIGKILL rank 1 as it enters its 3rd collective);
+                                  ``;``-separated faults: kill, kill_card, hang, delay, fail, corrupt, oom, ecc,
+                                  each with ``restart=N`` (default 0, so a --max-restarts rerun runs clean). A
+                                  malformed SPEC, or a rank or card the job lacks, is a usage error (docs/faults.md)
+
+When a job fails (or times out), every rank's flight recorder is dumped (``trace_rank<N>.json`` in --log-dir,
+or $NPUSIM_TRACE_DUMP_DIR, else a directory of launch's own) and the failure box ends with the analyzer's
+diagnosis (``python -m hccl.trace DIR`` prints it again from kept dumps).
 
 The persistent local cluster
   launch --up [--config NAME]     start a local session whose cards stay booted (a daemon); every launch and
@@ -127,6 +141,8 @@ class JobResult:
     failures: list
     running: list             # ranks still running when a timeout or signal stopped the job
     signum: int | None = None
+    diagnosis: list | None = None     # the flight-recorder analyzer's findings (hccl/trace.py)
+    trace_dir: str | None = None      # where the ranks' dumps are (kept only with --log-dir)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master-port", "--master_port", dest="master_port", type=int, default=None,
                    help=argparse.SUPPRESS)
     p.add_argument("--master-addr", "--master_addr", dest="master_addr", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--profile", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--inject", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--race-check", "--race_check", dest="race_check", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--timeout", type=float, default=None, help=argparse.SUPPRESS)
     p.add_argument("--grace-period", "--grace_period", dest="grace", type=float, default=DEFAULT_GRACE,
                    help=argparse.SUPPRESS)
@@ -167,11 +186,15 @@ def config_from_args(ns: argparse.Namespace) -> RunConfig:
         elif nproc.lstrip("-").isdigit():
             nproc = int(nproc)
     program = (["-m", ns.script] if ns.module else [ns.script]) + list(ns.script_args)
+    env = dict(os.environ)
+    if ns.race_check and env.get("NPUSIM_RACE_CHECK", "0") in ("", "0"):
+        env["NPUSIM_RACE_CHECK"] = "1"
     return make_run_config(
         program, nproc=nproc, nnodes=ns.nnodes, address=ns.address or os.environ.get("RAY_ADDRESS"),
         config=ns.config, max_restarts=ns.max_restarts, log_dir=ns.log_dir, tee=ns.tee,
         local_ranks_filter=ns.local_ranks_filter, rank_table=ns.rank_table, timeout=ns.timeout,
-        grace=ns.grace, cards=not ns.no_cards, master_addr=ns.master_addr, master_port=ns.master_port)
+        grace=ns.grace, cards=not ns.no_cards, master_addr=ns.master_addr, master_port=ns.master_port,
+        profile=ns.profile, env=env, inject=ns.inject)
 
 
 _told_cluster = False
@@ -229,8 +252,11 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
         job_id = backend.new_job_id()
         table = ranktable.write(rc.rank_table or f"{tmp}/rank_table.json",
                                 ranktable.build(rc.nnodes, rc.nproc, device_ids=rc.devices))
+        seen = _trace_env(rc, tmp)
         for attempt in range(rc.max_restarts + 1):
-            status, failures, running = _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop)
+            _clear_dumps(seen)
+            status, failures, running = _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop,
+                                                     seen)
             for f in failures:
                 f["host"] = backend.hosts[f["node"]]
             if status == "failed" and attempt < rc.max_restarts:
@@ -239,7 +265,14 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
                             f"); restarting all {rc.world_size} ranks (restart {attempt + 1} of {rc.max_restarts})")
                 continue
             signum = signums[0] if signums else None
-            return JobResult(status, job_id, attempt, failures, running, signum)
+            result = JobResult(status, job_id, attempt, failures, running, signum)
+            if status != "succeeded":
+                result.diagnosis = _diagnose(seen["NPUSIM_TRACE_DUMP_DIR"], rc.world_size)
+                result.trace_dir = seen["NPUSIM_TRACE_DUMP_DIR"] if not seen["NPUSIM_TRACE_DUMP_DIR"].startswith(tmp) \
+                    else None
+            if rc.profile:
+                _write_profile(rc, seen["NPUSIM_PROFILE_DIR"], router)
+            return result
         raise AssertionError("unreachable: the last attempt always returns")
     finally:
         try:
@@ -254,8 +287,52 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
                 signal.signal(signum, handler)
 
 
-def _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop):
+def _trace_env(rc: RunConfig, tmp: str) -> dict:
+    """Where ranks dump their flight recorders (and profiles): the user's NPUSIM_TRACE_DUMP_DIR, else --log-dir,
+    else a directory of the job's own (read for the failure box, then removed)."""
+    env = {"NPUSIM_TRACE_DUMP_DIR": rc.env.get("NPUSIM_TRACE_DUMP_DIR") or rc.log_dir or os.path.join(tmp, "trace")}
+    if rc.profile:
+        env["NPUSIM_PROFILE_DIR"] = os.path.join(tmp, "profile")
+    return env
+
+
+def _clear_dumps(env: dict) -> None:
+    """Dumps of an earlier job or attempt must not be read as this one's."""
+    import glob
+    for key, pattern in (("NPUSIM_TRACE_DUMP_DIR", "trace_rank*.json"), ("NPUSIM_PROFILE_DIR", "profile_rank*.json")):
+        if key in env:
+            for path in glob.glob(os.path.join(env[key], pattern)):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
+
+def _diagnose(directory: str, world: int) -> list[str] | None:
+    import glob
+    if not glob.glob(os.path.join(directory, "trace_rank*.json")):
+        return None
+    try:
+        from hccl import trace
+        return trace.diagnose(directory, world)
+    except Exception as e:  # noqa: BLE001 - the box is printed with or without a diagnosis
+        return [f"(the flight-recorder analyzer failed: {type(e).__name__}: {e})"]
+
+
+def _write_profile(rc: RunConfig, directory: str, router) -> None:
+    from . import profile
+    try:
+        n = profile.write(directory, rc.profile)
+    except Exception as e:  # noqa: BLE001 - a broken profile must not hide the job's own result
+        router.note(f"--profile: could not write {rc.profile}: {type(e).__name__}: {e}")
+        return
+    router.note(f"timeline of {n} rank(s) written to {rc.profile} (open it in https://ui.perfetto.dev or "
+                f"chrome://tracing)")
+
+
+def _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop, trace_env=None):
     node_env = backend.prepare(job_id, attempt)
+    node_env = [dict(extra, **(trace_env or {})) for extra in node_env]
     host0 = rc.master_addr or ("127.0.0.1" if rc.nnodes == 1 else backend.hosts[0])
     master = (host0, rc.master_port or free_port())    # torch's env:// store: rank 0 listens there
     specs = [[RankSpec(rank, rc.local_rank_of(rank), (rc.python, "-u", *rc.program),
@@ -331,18 +408,27 @@ def _install_handlers(stop: threading.Event, signums: list):
     return {s: signal.signal(s, handler) for s in HANDLED_SIGNALS}
 
 
+def _diagnosis_lines(result: JobResult) -> list[str] | None:
+    if not result.diagnosis:
+        return None
+    where = f"python -m hccl.trace {result.trace_dir}" if result.trace_dir else "kept with --log-dir DIR"
+    return [f"Diagnosis (flight recorder; {where}):", *[f"  {line}" for line in result.diagnosis]]
+
+
 def report(rc: RunConfig, result: JobResult, router_summary) -> int:
     """Print the end-of-job summary and return launch's exit status."""
     if result.status == "succeeded":
         return 0
     if result.status == "failed":
         note = f"after {result.restarts} restart(s) (--max-restarts {rc.max_restarts})" if result.restarts else None
-        router_summary(failure_box(rc.name, result.failures, note=note))
+        router_summary(failure_box(rc.name, result.failures, note=note,
+                                   diagnosis=_diagnosis_lines(result)))
         return EXIT_FAILED
     ranks = ", ".join(map(str, result.running)) or "none"
     if result.status == "timeout":
         router_summary(plain_box(rc.name, "TIMED OUT", [
-            f"job exceeded --timeout {rc.timeout:g} s; ranks still running were stopped: {ranks}"]))
+            f"job exceeded --timeout {rc.timeout:g} s; ranks still running were stopped: {ranks}",
+            *(_diagnosis_lines(result) or [])]))
         return EXIT_TIMEOUT
     name = signal.Signals(result.signum).name if result.signum else "a signal"
     router_summary(plain_box(rc.name, "INTERRUPTED", [

@@ -34,10 +34,12 @@ READY_TIMEOUT = 90.0
 LEASE_WAIT = 300.0
 
 
-def _dir() -> str:
+def _dir(create: bool = False) -> str:
+    """The daemon's directory (state, socket, log); created only by ``up`` — a lookup leaves nothing behind."""
     from rt.ray.session import socket_root
     d = os.path.join(socket_root(), "cluster")
-    os.makedirs(d, mode=0o700, exist_ok=True)
+    if create:
+        os.makedirs(d, mode=0o700, exist_ok=True)
     return d
 
 
@@ -137,7 +139,7 @@ def up(config=None) -> int:
               f"config {info['config_path']}); `launch --down` stops it")
         return 0
     cfg = load_config(config)                         # a bad config fails here, with its message
-    log = open(os.path.join(_dir(), "cluster.log"), "ab")
+    log = open(os.path.join(_dir(create=True), "cluster.log"), "ab")
     proc = subprocess.Popen([sys.executable, "-m", "launcher.cluster", "serve", cfg.path], stdin=subprocess.DEVNULL,
                             stdout=log, stderr=log, start_new_session=True, cwd="/")
     log.close()
@@ -291,6 +293,7 @@ class _Daemon:
 
 def serve(config_path: str) -> None:
     """The daemon's main (``python -m launcher.cluster serve CONFIG``)."""
+    _dir(create=True)
     daemon = _Daemon(config_path)
     path = sock_path()
     if os.path.exists(path):

@@ -14,6 +14,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from rt import faults
 from rt.config import Config, load_config
 from rt.constants import AclErrorCode
 from rt.errors import AclError
@@ -54,6 +55,8 @@ class RunConfig:
     devices: tuple[int, ...] = ()     # physical cards of each node the ranks use (local rank i -> devices[i])
     master_addr: str | None = None    # MASTER_ADDR for torch's env:// (None: 127.0.0.1, or node 0's host)
     master_port: int | None = None    # MASTER_PORT (None: a free port chosen for each attempt)
+    profile: str | None = None        # --profile: write the job's timeline (Chrome trace JSON) here
+    inject: str | None = None         # --inject: the NPUSIM_FAULTS spec every rank gets (rt/faults.py)
 
     @property
     def world_size(self) -> int:
@@ -129,7 +132,7 @@ def _module_file(name: str) -> Path | None:
 def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None, max_restarts=0,
                     log_dir=None, tee=3, local_ranks_filter=None, rank_table=None, timeout=None,
                     grace=DEFAULT_GRACE, cards=True, env=None, name=None, master_addr=None,
-                    master_port=None) -> RunConfig:
+                    master_port=None, profile=None, inject=None) -> RunConfig:
     """Validate a launch request; raises AclError(ACL_ERROR_INVALID_PARAM) naming the bad value."""
     program = tuple(str(p) for p in program)
     display = name or _check_program(program)
@@ -174,18 +177,41 @@ def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None,
         raise _invalid(f"--master-port {master_port!r}: expected a TCP port number 1..65535")
     if master_addr is not None and not str(master_addr).strip():
         raise _invalid("--master-addr: expected a host name or address")
+    if profile is not None:
+        profile = str(Path(profile).resolve())
+        if not Path(profile).parent.is_dir():
+            raise _invalid(f"--profile {profile!r}: directory {str(Path(profile).parent)!r} does not exist")
     if rank_table is not None:
         rank_table = str(Path(rank_table).resolve())
         if not Path(rank_table).parent.is_dir():
             raise _invalid(f"--rank-table {rank_table!r}: directory {str(Path(rank_table).parent)!r} "
                            "does not exist")
+    if inject is not None or base_env.get("NPUSIM_FAULTS"):
+        _check_faults(inject if inject is not None else base_env["NPUSIM_FAULTS"],
+                      "--inject" if inject is not None else "NPUSIM_FAULTS", nproc, nnodes, visible[:nproc])
+        if inject is not None:
+            base_env["NPUSIM_FAULTS"] = inject
     return RunConfig(
         program=program, name=display, hw=hw, nproc=nproc, nnodes=nnodes, address=address or None,
         max_restarts=max_restarts, log_dir=log_dir, tee=tee,
         local_ranks_filter=parse_ranks_filter(local_ranks_filter, nproc), rank_table=rank_table,
         timeout=float(timeout) if timeout is not None else None, grace=float(grace), cards=bool(cards),
         python=os.environ.get("PYTHON_EXEC") or sys.executable, cwd=os.getcwd(), env=base_env,
-        devices=tuple(visible[:nproc]), master_addr=master_addr, master_port=master_port)
+        devices=tuple(visible[:nproc]), master_addr=master_addr, master_port=master_port, profile=profile,
+        inject=inject)
+
+
+def _check_faults(spec, source: str, nproc: int, nnodes: int, cards) -> None:
+    """A fault spec every rank will get (rt/faults.py): well formed, and naming ranks and cards the job has."""
+    if not isinstance(spec, str):
+        raise _invalid(f"{source} {spec!r}: expected a fault spec string such as 'kill:rank=1:collective=3'")
+    for f in faults.parse(spec, source):
+        if f.rank is not None and f.rank >= nproc * nnodes:
+            raise _invalid(f"{source}: fault {f.text!r}: rank {f.rank} is not a rank of this job (ranks 0.."
+                           f"{nproc * nnodes - 1})")
+        if f.card is not None and (f.card not in cards or f.node >= nnodes):
+            raise _invalid(f"{source}: fault {f.text!r}: card {f.card} of node {f.node} runs no rank of this job "
+                           f"(its ranks use cards {list(cards)} of nodes 0..{nnodes - 1})")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

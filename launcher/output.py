@@ -143,8 +143,10 @@ def _entry(index: int, failure: dict) -> list[str]:
     return lines
 
 
-def failure_box(name: str, failures: list[dict], *, headline: str = "FAILED", note: str | None = None) -> str:
-    """The torchrun-style summary: root cause (first observed failure) first, then the others."""
+def failure_box(name: str, failures: list[dict], *, headline: str = "FAILED", note: str | None = None,
+                diagnosis: list[str] | None = None) -> str:
+    """The torchrun-style summary: root cause (first observed failure) first, then the others; then the flight
+    recorder's diagnosis, when there is one."""
     width = 72
     root, others = failures[0], failures[1:]
     lines = ["=" * width, f"{name} {headline}", "-" * width]
@@ -156,7 +158,10 @@ def failure_box(name: str, failures: list[dict], *, headline: str = "FAILED", no
             lines += _entry(i, failure)
     else:
         lines.append("  <NO_OTHER_FAILURES>")
-    lines += ["-" * width, "Root Cause (first observed failure):"] + _entry(0, root) + ["=" * width]
+    lines += ["-" * width, "Root Cause (first observed failure):"] + _entry(0, root)
+    if diagnosis:
+        lines += ["-" * width, *diagnosis]
+    lines.append("=" * width)
     return "\n".join(lines)
 
 

@@ -50,10 +50,11 @@ class LaunchError(RuntimeError):
     """A spawned job failed. ``failures``: one dict per failed rank (rank, node, returncode, type,
     message, traceback); ``status``: 'failed', 'timeout' or 'interrupted'."""
 
-    def __init__(self, message: str, failures: list, status: str = "failed"):
+    def __init__(self, message: str, failures: list, status: str = "failed", diagnosis: list | None = None):
         super().__init__(message)
         self.failures = failures
         self.status = status
+        self.diagnosis = diagnosis or []      # the flight recorder's findings (hccl/trace.py), if any
 
 
 def _invalid(message: str) -> AclError:
@@ -84,11 +85,14 @@ def function_reference(fn) -> dict:
 
 def spawn(fn, nproc: int = 8, args=(), *, nnodes: int = 1, config=None, address=None, max_restarts: int = 0,
           timeout: float | None = None, log_dir=None, local_ranks_filter=None, grace: float = DEFAULT_GRACE,
-          env: dict | None = None, _no_cards: bool = False) -> list:
+          env: dict | None = None, profile: str | None = None, inject: str | None = None,
+          _no_cards: bool = False) -> list:
     """Run fn(*args) on nproc * nnodes ranks; return their results in rank order, or raise LaunchError.
 
     Options are those of ``launch`` (nnodes, config, address, max_restarts, timeout, log_dir,
-    local_ranks_filter, grace) plus ``env``, extra environment for every rank.
+    local_ranks_filter, grace, profile: the job's timeline as Chrome-trace JSON, inject: a fault spec every
+    rank gets as ``NPUSIM_FAULTS``, docs/faults.md) plus ``env``, extra environment for every rank. A
+    LaunchError carries the flight recorder's ``diagnosis``.
     """
     if os.environ.get(_SPAWN_DIR):
         raise _invalid("spawn called inside a spawned rank (the module that defines fn calls spawn at import "
@@ -106,7 +110,7 @@ def spawn(fn, nproc: int = 8, args=(), *, nnodes: int = 1, config=None, address=
         rc = make_run_config(("-c", _BOOT, workdir), name=name, nproc=nproc, nnodes=nnodes, config=config,
                              address=address, max_restarts=max_restarts, timeout=timeout, log_dir=log_dir,
                              local_ranks_filter=local_ranks_filter, grace=grace, cards=not _no_cards,
-                             env=rank_env)
+                             env=rank_env, profile=profile, inject=inject)
         try:
             result = run(rc)
             outcomes = {rank: _read_outcome(workdir, result.restarts, rank) for rank in range(rc.world_size)}
@@ -150,7 +154,9 @@ def _launch_error(name, rc, result, outcomes) -> LaunchError:
         head = f"{name}: timed out after {rc.timeout:g} s; ranks still running: {result.running}"
     else:
         head = f"{name}: interrupted; ranks still running: {result.running}"
-    return LaunchError("\n".join([head] + parts), failures, result.status)
+    if result.diagnosis:
+        parts += ["  diagnosis (flight recorder):"] + [f"    {line}" for line in result.diagnosis]
+    return LaunchError("\n".join([head] + parts), failures, result.status, result.diagnosis)
 
 
 class _ResultUnpickler(pickle.Unpickler):
@@ -219,5 +225,9 @@ def _rank_main() -> None:
         error = {"type": kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
                  "message": str(e), "traceback": text}
         _write_atomic(out, pickle.dumps(("error", error)))
+        if "rt.host.recorder" in sys.modules:        # the rank used cards: its flight recorder tells what it did
+            recorder = sys.modules["rt.host.recorder"].RECORDER
+            recorder.exception = text[-8000:]
+            recorder._dump_quietly(f"uncaught {kind.__name__}: {e}")
         sys.exit(1)
     _write_atomic(out, data)

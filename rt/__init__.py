@@ -5,7 +5,7 @@ the card actor, ``rt/wire/`` between the two, ``rt/ray/`` the Ray shell; the mod
 shared by both sides.
 """
 
-from . import constants, mdl, ops
+from . import constants, faults, mdl, ops
 from .constants import *  # noqa: F401,F403  C names: ACL_MEMCPY_HOST_TO_DEVICE, ACL_ERROR_RT_MEMORY_ALLOCATION, ...
 from .constants import (HBM, MEM_MALLOC_HUGE_FIRST, MEM_MALLOC_HUGE_ONLY, MEM_MALLOC_NORMAL_ONLY, CallbackBlockType,
                         DataType, EventRecordedStatus, EventStatus, MemAttr, MemcpyKind, MemMallocPolicy, StreamStatus)
@@ -18,6 +18,8 @@ from .host.devices import (DeviceInfo, create_context, current_card, destroy_con
                            reset_device, reset_device_force, set_context, set_device)
 from .host.hostmem import HostBuffer
 from .host.memory import empty_cache, free, free_host, malloc, malloc_host, memory_stats
+from .host.racecheck import RaceError, RaceWarning
+from .host.recorder import dump as trace_dump
 from .host.runtime import Context
 from .host.streams import (Event, Stream, create_event, create_stream, destroy_event, destroy_stream,
                            event_elapsed_time, launch_callback, query_event_status, record_event, reset_event,

@@ -9,6 +9,17 @@ from __future__ import annotations
 
 import threading
 
+from . import slog
+
+# CANN's error-code tag of a failed memory allocation; npusim's own text (what, how much) follows it.
+EL0004 = "EL0004: Failed to allocate memory."
+
+
+def oom_message(card: int, node: int, nbytes: int, rounded: int, allocated: int, reserved: int, capacity: int) -> str:
+    """The text of a malloc that does not fit on a full card (``rt/card/blocks.py``; injected: ``rt/faults.py``)."""
+    return (f"{EL0004} malloc: out of memory on card {card} (node {node}): requested {nbytes} bytes (rounded "
+            f"{rounded}); allocated {allocated}, reserved {reserved} (cached {reserved - allocated}), capacity {capacity}")
+
 
 class NpuError(RuntimeError):
     """Base of every npusim error; ``code`` is the real numeric ACL or HCCL code."""
@@ -55,12 +66,14 @@ def from_wire(triple) -> NpuError:
 _recent = threading.local()
 
 
-def record_error_message(text: str, dedupe: bool = False) -> None:
-    """Add ``text`` as this thread's newest error message (``dedupe``: unless it is already the newest)."""
+def record_error_message(text: str, dedupe: bool = False, module=None) -> None:
+    """Add ``text`` as this thread's newest error message (``dedupe``: unless it is already the newest), and
+    log it at ERROR (rt/slog.py; ``module``: the tag, or the error whose type gives it)."""
     prev = getattr(_recent, "text", None)
     if dedupe and prev is not None and (prev == text or prev.startswith(text + "\n")):
         return
     _recent.text = text if not prev else f"{text}\n{prev}"
+    slog.record_error(text, module)
 
 
 def get_recent_err_msg() -> str | None:

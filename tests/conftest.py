@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import shutil
+import tempfile
 import time
 import uuid
 
@@ -27,6 +29,7 @@ DEADLINE_S = 120
 _leftovers: list[str] = []          # problems found by fixture teardowns, reported at session finish
 _shm_before: set[str] = set()
 _ray_pids: set[int] = set()         # processes started by this test session's Ray
+_log_root: str | None = None        # the session's scratch ASCEND_PROCESS_LOG_PATH, if it made one
 
 
 def _shm_names() -> set[str]:
@@ -40,9 +43,18 @@ def _shm_names() -> set[str]:
 def pytest_configure(config):
     # a developer's persistent local cluster (launch --up) must not change what the tests exercise
     os.environ["NPUSIM_CLUSTER"] = "0"
-    global _shm_before
+    # the errors tests provoke on purpose are logged (rt/slog.py; ERROR is CANN's default level): into a
+    # scratch directory of this session, not the developer's ~/ascend/log
+    global _shm_before, _log_root
+    if "ASCEND_PROCESS_LOG_PATH" not in os.environ:
+        _log_root = os.environ["ASCEND_PROCESS_LOG_PATH"] = tempfile.mkdtemp(prefix="npusim-test-log-")
     _shm_before = _shm_names()
     config.addinivalue_line("markers", "ray: needs the embedded Ray session (slow)")
+
+
+def pytest_unconfigure(config):
+    if _log_root is not None:
+        shutil.rmtree(_log_root, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import numpy as np
 
+from rt.card.queues import annotate, current_note
 from rt.errors import HcclError
 
 from ..protocol.ctrlblock import (ALIVE, ARRIVED, BUF0, CARD, CLOSED, DONE, HOST_GONE, P_COUNT, P_DTYPE, P_OFF,
@@ -150,12 +152,14 @@ class Endpoint:
         ctrl, me = self.ctrl, self.ctrl.slots[self.rank]
         dtype = np_dtype(p["dtype"])
         if fits_stage(op, p, self.n, across_nodes=self.hub is not None):
+            annotate(comm=self.comm_id, seq=seq, op=op, algo="staged")
             if self.hub is None:
                 return self._staged(seq, op, p, views)
             return self._hub_staged(seq, op, p, views, what)
         sched = None
         if op != "all_to_all_v":
             sched = self.service.schedule(op, self.n, p, self.nodes)
+            annotate(comm=self.comm_id, seq=seq, op=op, algo=sched.algo, steps=[])
             if sched.tmp_count:
                 views = dict(views, tmp=self.scratch(sched.tmp_count * dtype.itemsize))
         fp = p["fingerprint"]
@@ -203,6 +207,7 @@ class Endpoint:
             self.barrier(what, seq)
         else:
             rop = p.get("op", 0)
+            step_ends = current_note().get("steps", [])
             for si, full_step in enumerate(sched.steps):
                 fetched = self._remote_step(si, seq, full_step, arrays, what) if self.hub is not None else {}
                 for i, t in enumerate(full_step):
@@ -217,6 +222,7 @@ class Endpoint:
                         elif dst.ctypes.data != src.ctypes.data:      # in-place calls: a region onto itself
                             np.copyto(dst, src)
                 self.barrier(what, seq)
+                step_ends.append(time.monotonic_ns())
             if not sched.steps:
                 self.barrier(what, seq)
         me[DONE] = seq
@@ -238,6 +244,8 @@ class Endpoint:
         """Wait for every rank to have staged ``seq`` (barrier phase ``target``), check the calls agree,
         compute this rank's result. Also runs collectives the host process started and handed over."""
         what = f"{op} #{seq} on comm '{self.comm_id}' (rank {self.rank})"
+        if "algo" not in current_note():
+            annotate(comm=self.comm_id, seq=seq, op=op, algo="staged (host handover)")
         self._wait_phase(what, seq, target)
         ctrl, me, n = self.ctrl, self.ctrl.slots[self.rank], self.n
         if not stage_agrees(ctrl, seq):

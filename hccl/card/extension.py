@@ -26,6 +26,7 @@ from .. import algos
 from ..protocol.ctrlblock import CLOSED, HOST_GONE
 from ..transport.base import for_card
 from ..types import HcclResult, np_dtype
+from . import faults
 from .endpoint import Endpoint
 
 HUB_GRACE = 60.0    # seconds a card keeps a destroyed communicator's hub alive for the slower ranks
@@ -90,6 +91,9 @@ class HcclExtension(Extension):
         """A collective: resolve this rank's buffers now (program order), run it when the stream gets here."""
         ep = self.endpoint(comm_id, rank)
         views = self._views(buffers, op)
+        if "fault" in params:           # NPUSIM_FAULTS fail / corrupt (hccl/card/faults.py)
+            return faults.injected(self, lambda: ep.collective(seq, op, params, views), params["fault"],
+                                   f"{op} #{seq} on comm '{comm_id}' (rank {rank})", [views.get("recv")])
         return lambda: ep.collective(seq, op, params, views)
 
     def t_finish(self, conn, stream, comm_id, rank, seq, op, params, buffers, target):
@@ -98,8 +102,9 @@ class HcclExtension(Extension):
         views = self._views(buffers, op)
         return lambda: ep.staged_finish(seq, op, params, views, target)
 
-    def t_p2p(self, conn, stream, comm_id, rank, items):
-        """send/recv/batch_send_recv: items are [kind, peer, ptr, count, dtype, nbytes]."""
+    def t_p2p(self, conn, stream, comm_id, rank, items, fault=None):
+        """send/recv/batch_send_recv: items are [kind, peer, ptr, count, dtype, nbytes]; ``fault``: NPUSIM_FAULTS
+        fail / corrupt (hccl/card/faults.py)."""
         ep = self.endpoint(comm_id, rank)
         resolved = []
         for kind, peer, ptr, count, dtype, nbytes in items:
@@ -116,6 +121,13 @@ class HcclExtension(Extension):
             for kind, peer, view, count, dtype in resolved:
                 if kind == "send":
                     ep.wait_send(peer)
+        if fault is not None:
+            kind, peer = resolved[0][0], resolved[0][1]      # named as the endpoint names its p2p failures
+            what = (lambda: f"recv #{ep.p2p_seq.get((peer, rank), 0)} on rank {rank} from rank {peer} on comm "
+                            f"'{comm_id}'") if kind == "recv" else \
+                   (lambda: f"send #{ep.p2p_seq.get((rank, peer), 0)} from rank {rank} to rank {peer} on comm "
+                            f"'{comm_id}'")
+            return faults.injected(self, run, fault, what, [view for k, _, view, _, _ in resolved if k == "recv"])
         return run
 
     def _views(self, buffers: dict, op: str) -> dict:

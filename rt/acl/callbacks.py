@@ -14,7 +14,7 @@ import threading
 
 import rt
 
-from .. import args, errors
+from .. import args, errors, slog
 from ..constants import AclErrorCode as E
 from ..errors import AclError
 from ..host.runtime import RUNTIME
@@ -116,7 +116,7 @@ def _run(item) -> None:
     except Exception as e:  # noqa: BLE001 - the program's callback: report it, keep serving the others
         name = getattr(fn, "__qualname__", repr(fn))
         errors.record_error_message(f"rt.process_report: callback {name}({user_data!r}) raised "
-                                    f"{type(e).__name__}: {e}")
+                                    f"{type(e).__name__}: {e}", module=slog.ASCENDCL)
         log.error("acl.rt.process_report: callback %s raised", name, exc_info=True)
     finally:
         done.set()

@@ -26,7 +26,7 @@ import os
 import threading
 import traceback
 
-from .. import args, errors
+from .. import args, errors, slog
 from ..constants import AclErrorCode as E
 from ..errors import AclError, NpuError
 
@@ -48,7 +48,8 @@ def report(call: str, exc: BaseException) -> int:
     else:
         code = int(E.ACL_ERROR_INTERNAL_ERROR)
         message = f"{call}: internal error in npusim: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
-    errors.record_error_message(message, dedupe=True)
+    errors.record_error_message(message, dedupe=True, module=exc if isinstance(exc, NpuError) else slog.ASCENDCL)
+    slog.error(slog.ASCENDCL, "acl.%s failed, ret = %d", call, code, user_site=True)
     with _log_lock:
         first = message not in _logged
         if first and len(_logged) < 10_000:

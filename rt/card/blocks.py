@@ -11,7 +11,7 @@ from __future__ import annotations
 from bisect import bisect_left
 
 from ..constants import AclErrorCode
-from ..errors import AclError
+from ..errors import EL0004, AclError, oom_message
 from ..wire.segment import Segment
 from .memstats import MemoryStats
 
@@ -99,10 +99,7 @@ class BlockPool:
             allocated = self._stats.current("allocated_bytes")
             reserved = self._stats.current("reserved_bytes")
             raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION,
-                           f"malloc: out of memory on card {self.card} (node {self.node}): "
-                           f"requested {nbytes} bytes (rounded {rounded}); allocated {allocated}, "
-                           f"reserved {reserved} (cached {reserved - allocated}), "
-                           f"capacity {self.capacity}")
+                           oom_message(self.card, self.node, nbytes, rounded, allocated, reserved, self.capacity))
         self._take(block, block_size)
         return block
 
@@ -128,7 +125,13 @@ class BlockPool:
         reserved = self._stats.current("reserved_bytes")
         for size in self._segment_sizes(block_size, pool):
             if reserved + size <= self.capacity:
-                seg = Segment(size, name=f"npusim-n{self.node}c{self.card}", prefault=self._prefault)
+                try:
+                    seg = Segment(size, name=f"npusim-n{self.node}c{self.card}", prefault=self._prefault)
+                except AclError as e:      # the host cannot back it: still a failed device allocation
+                    if e.code != AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION or e.message.startswith(EL0004):
+                        raise
+                    raise AclError(e.code, f"{EL0004} malloc on card {self.card} (node {self.node}): "
+                                           f"{e.message}") from None
                 head = Block(seg, pool, 0, size)
                 self.segments[seg.id] = seg
                 self._heads[seg.id] = head

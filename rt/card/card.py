@@ -40,6 +40,9 @@ from .queues import CardEvent, StreamQueue, Task, forward_warnings
 from .streamcmds import StreamCommands
 
 
+MONITOR_LABEL = "npu-smi"          # the label of monitoring connections (c_usage leaves them out)
+
+
 class Connection:
     """Per-connection state on the card (one host context or one peer card)."""
 
@@ -61,6 +64,7 @@ class Connection:
         self.orphan_errors: list[NpuError] = []   # tasks for streams that no longer exist (see Card._task)
         self.draining: set[StreamQueue] = set()        # destroyed streams still running what they held
         self.bad_messages = 0
+        self.trace = (0, False)           # (task-log length per stream or 0 for the default, sample memory?)
         self.closed = False
 
     def __repr__(self) -> str:
@@ -263,6 +267,7 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
 
     def _new_stream(self, conn: Connection) -> StreamQueue:
         s = StreamQueue(next(self._ids), conn, self.where)
+        self._trace_stream(conn, s)
         with self._lock:
             self.streams[s.id] = s
         return s
@@ -312,10 +317,29 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
     def c_hello(self, conn: Connection, pid: int, label: str = "client"):
         conn.pid, conn.label = pid, label
         return {"node": self.node, "card": self.index, "soc_name": self.soc_name, "conn": conn.id,
-                "total_memory": self.memory.mem_info()[1], "cards_per_node": self.cards_per_node}
+                "total_memory": self.memory.mem_info()[1], "cards_per_node": self.cards_per_node,
+                "pid": os.getpid()}
 
     def c_ping(self, conn):
         return True
+
+    def c_usage(self, conn):
+        """What ``npu-smi`` shows (``launcher/smi.py``): the card's memory as ``get_mem_info`` and
+        ``memory_stats`` report it, and every other connection — its process id, label and the device memory it
+        holds. Read-only; the asking connection and other monitors (label ``MONITOR_LABEL``) are left out."""
+        free, total = self.memory.mem_info()
+        stats = self.memory.stats()
+        held = self.memory.owner_usage()
+        with self._lock:
+            conns = [c for c in self.conns.values() if c is not conn and c.label != MONITOR_LABEL]
+            streams, events = len(self.streams), len(self.events)
+        return {"node": self.node, "card": self.index, "soc_name": self.soc_name, "pid": os.getpid(),
+                "fabric": self.fabric, "scope": self.scope, "free": free, "total": total,
+                "allocated": stats["allocated_bytes.all.current"], "reserved": stats["reserved_bytes.all.current"],
+                "peak_reserved": stats["reserved_bytes.all.peak"], "streams": streams, "events": events,
+                "connections": [{"conn": c.id, "pid": c.pid, "label": c.label,
+                                 "allocations": held.get(c.id, (0, 0))[0], "bytes": held.get(c.id, (0, 0))[1]}
+                                for c in sorted(conns, key=lambda c: c.id)]}
 
     def c_release(self, conn):
         """The context is being destroyed: free everything it owns (the connection stays open)."""

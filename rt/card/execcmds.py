@@ -7,6 +7,7 @@ import time
 from ..constants import AclErrorCode as E
 from ..errors import AclError
 from ..kernels import registry
+from .queues import annotate
 
 
 class ExecCommands:
@@ -24,13 +25,21 @@ class ExecCommands:
         ins = [self._tensor(t, f"{name} input {i}") for i, t in enumerate(inputs)]
         outs = [self._tensor(t, f"{name} output {i}") for i, t in enumerate(outputs)]
         user = self.user_kernels.get(name)
-        if user is not None:
-            return lambda: user(*ins, *outs, **attrs)
-        op = registry.get_op(name)
-        return lambda: op.compute(ins, outs, attrs)
+        op = None if user is not None else registry.get_op(name)
+
+        def run():
+            annotate(kernel=name)              # named in the task log (flight recorder, timeline)
+            if user is not None:
+                user(*ins, *outs, **attrs)
+            else:
+                op.compute(ins, outs, attrs)
+        return run
 
     def t_sleep(self, conn, stream, seconds):
-        return lambda: time.sleep(seconds)
+        def run():
+            annotate(kernel=f"sleep({seconds:g} s)")
+            time.sleep(seconds)
+        return run
 
     def c_model_load(self, conn, data):
         model_id, desc = self.models.load(data, conn.id)
@@ -40,4 +49,7 @@ class ExecCommands:
         self.models.unload(model_id, conn.id)
 
     def t_model_execute(self, conn, stream, model_id, inputs, outputs, dynamic):
-        return lambda: self.models.execute(model_id, inputs, outputs, dynamic)
+        def run():
+            annotate(model=model_id)
+            self.models.execute(model_id, inputs, outputs, dynamic)
+        return run

@@ -27,7 +27,7 @@ import numpy as np
 from ..addresses import CARD_SHIFT, OFFSET_LIMIT, as_int, make_addr
 from ..constants import MALLOC_POLICY_FLAGS, AclErrorCode, MemMallocPolicy
 from ..dtypes import np_dtype
-from ..errors import AclError
+from ..errors import EL0004, AclError
 from ..wire.segment import Segment
 from .blocks import MIN_BLOCK, BlockPool, round_up, still_busy
 from .memcheck import MemoryDiagnostics
@@ -155,7 +155,7 @@ class DeviceMemory(MemoryDiagnostics):
         while True:
             if start + need > self._va_end:
                 if wrapped_now:
-                    raise AclError(_ALLOC_FAIL, f"malloc: virtual address space of card {self.card} "
+                    raise AclError(_ALLOC_FAIL, f"{EL0004} malloc: virtual address space of card {self.card} "
                                                 f"(node {self.node}) has no free range of {need} bytes")
                 start, wrapped_now, self._wrapped = self._base + VA_BASE, True, True
                 continue
@@ -314,6 +314,12 @@ class DeviceMemory(MemoryDiagnostics):
         """Counters in the key style of torch.cuda.memory_stats()."""
         with self._lock:
             return self._stats.as_dict()
+
+    def owner_usage(self) -> dict:
+        """``{owner: (live allocations, bytes of their blocks)}``: the device memory each owner holds now."""
+        with self._lock:
+            return {owner: (len(allocs), sum(a.block.size for a in allocs.values()))
+                    for owner, allocs in self._by_owner.items()}
 
     def close(self) -> None:
         """Release every segment; every pointer of this card becomes invalid. Idempotent."""

@@ -22,7 +22,22 @@ from ..constants import AclErrorCode
 from ..errors import AclError, NpuError
 
 POLL = 0.5  # seconds between liveness checks of blocking waits inside the card
+TASK_LOG = 2048  # finished tasks each stream remembers for the flight recorder and the timeline (trace_tasks)
 _running = threading.local()  # the task this stream worker thread runs now (see running_task)
+
+
+def annotate(**note) -> None:
+    """Attach ``note`` (algorithm, step times, ...) to the task the calling stream thread runs: it appears in
+    that task's entry of the stream's task log (``StreamQueue.log``). A no-op outside a stream thread."""
+    current = getattr(_running, "note", None)
+    if current is not None:
+        current.update(note)
+
+
+def current_note() -> dict:
+    """The note of the task the calling stream thread runs (a throwaway dict outside a stream thread)."""
+    note = getattr(_running, "note", None)
+    return {} if note is None else note
 
 
 def running_task():
@@ -80,6 +95,12 @@ class StreamQueue:
         self.state = None                   # [host_done, pending errors] in memory the host maps (or None)
         self.state_slot = -1
         self._tasks: collections.deque[Task] = collections.deque()
+        # The task log: [label, host task index (0: not host-enqueued), start ns, end ns, ok, note, memory]
+        # per finished task (monotonic clock, comparable across the processes of one machine); ``current`` is
+        # the one running now. ``sampler()``, when set, is the card memory in use recorded at each task end.
+        self.log: collections.deque = collections.deque(maxlen=TASK_LOG)
+        self.current: list | None = None
+        self.sampler = None
         self._cv = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=f"npu-stream-{sid}", daemon=True)
         self._thread.start()
@@ -173,16 +194,29 @@ class StreamQueue:
                     return
                 task = self._tasks.popleft()
             _running.task = (self.owner, task.label, self.where)
+            note = _running.note = {}
+            entry = self.current = [task.label, self.host_done + 1 if task.host else 0, time.monotonic_ns(), 0,
+                                    True, note, 0]
             try:
                 task.fn()
             except NpuError as e:
+                entry[4] = False
                 self._record(task, e)
             except Exception as e:  # a user kernel raising, or our bug: never kill the stream
+                entry[4] = False
                 tb = traceback.format_exception_only(type(e), e)[-1].strip()
                 self._record(task, AclError(AclErrorCode.ACL_ERROR_RT_AICORE_EXCEPTION,
                                             f"task {task.label} on stream {self.id} of {self.where} failed: {tb}"))
             finally:
-                _running.task = None
+                _running.task = _running.note = None
+            entry[3] = time.monotonic_ns()
+            if self.sampler is not None:
+                try:
+                    entry[6] = self.sampler()
+                except Exception:  # noqa: BLE001 - a closed card's memory: nothing to sample
+                    pass
+            self.log.append(entry)
+            self.current = None
             with self._cv:
                 self.completed += 1
                 if task.host:
@@ -191,6 +225,18 @@ class StreamQueue:
                         self.state[1] = len(self.errors)
                         self.state[0] = self.host_done
                 self._cv.notify_all()
+
+    def task_log(self) -> list:
+        """The finished tasks still remembered, then the running one (end 0), for ``trace_tasks``."""
+        done = list(self.log)
+        cur = self.current
+        if cur is None:
+            return done
+        try:
+            note = dict(cur[5])
+        except RuntimeError:            # the task is annotating itself right now
+            note = {}
+        return done + [[*cur[:5], note, cur[6]]]
 
     def _record(self, task: Task, exc: NpuError) -> None:
         if f"stream {self.id}" not in exc.message:

@@ -3,6 +3,7 @@ synchronize (replies deferred until the stream gets there), records, waits, noti
 
 from __future__ import annotations
 
+import collections
 import threading
 
 import numpy as np
@@ -19,6 +20,34 @@ STATE_PAGE = 4096          # bytes of shared stream state per connection: 16 byt
 
 class StreamCommands:
     """``c_*`` / ``t_*`` handlers of ``Card`` for streams, events and callbacks (a mixin)."""
+
+    # -- the task log (flight recorder, timeline) -----------------------------------------------------
+    def c_trace_config(self, conn, length: int, memory: bool):
+        """Keep the last ``length`` tasks per stream of this connection (0: the default), sampling the card's
+        memory in use at each task end if ``memory`` (for the timeline's counter track)."""
+        if not isinstance(length, int) or not 0 <= length <= 1 << 22:
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"trace_config: length {length!r} is not in [0, 4194304]")
+        conn.trace = (length, bool(memory))
+        with self._lock:
+            mine = [s for s in self.streams.values() if s.owner is conn]
+        for s in mine:
+            self._trace_stream(conn, s)
+
+    def _trace_stream(self, conn, s) -> None:
+        length, memory = conn.trace
+        if length and s.log.maxlen != length:
+            s.log = collections.deque(s.log, maxlen=length)
+        s.sampler = (lambda: self.memory.capacity - self.memory.mem_info()[0]) if memory else None
+
+    def c_trace_tasks(self, conn):
+        """``{stream id: task log}`` of every stream of this connection (also destroyed ones still draining),
+        with the card's monotonic clock now: ``[now ns, {sid: [[label, host index, start, end, ok, note,
+        memory], ...]}]`` (end 0: running)."""
+        import time
+        with self._lock:
+            mine = [s for s in self.streams.values() if s.owner is conn] + list(conn.draining)
+        # keyed as the host names them: its default stream is 0
+        return [time.monotonic_ns(), {str(0 if s is conn.default_stream else s.id): s.task_log() for s in mine}]
 
     def c_stream_create(self, conn):
         return self._new_stream(conn).id

@@ -17,6 +17,7 @@ from ..constants import AclErrorCode as E, MemcpyKind
 from ..errors import AclError
 from .hostmem import HostBuffer, pinned_region
 from .memory import ctx_for_ptr, device_where
+from .racecheck import RACE, dev, host
 from .runtime import RUNTIME, Context
 from .streams import stream_handle
 
@@ -148,6 +149,8 @@ def memcpy(dst, dst_max: int, src, count: int, kind: int) -> None:
         d, s = _host_bytes(dst, call, "dst", True), _host_bytes(src, call, "src", False)
         _host_len_check(call, "dst", d, count)
         _host_len_check(call, "src", s, count)
+        if RACE.on():
+            RACE.host("memcpy (host to host)", [host(s, count)], [host(d, count)])
         d[:count] = s[:count]
         return
     ctx = RUNTIME.require_current(call)
@@ -157,11 +160,15 @@ def memcpy(dst, dst_max: int, src, count: int, kind: int) -> None:
     if kind == MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE:
         device_where(dst, call, "dst")
         device_where(src, call, "src")
+        if RACE.on():
+            RACE.host("memcpy (device to device)", [dev(src, count)], [dev(dst, count)])
         cl.call("memcpy", ["dev", dst], ["dev", src], count)
     elif kind == MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE:
         device_where(dst, call, "dst")
         s = _host_bytes(src, call, "src", False)
         _host_len_check(call, "src", s, count)
+        if RACE.on():
+            RACE.host("memcpy (host to device)", [host(s, count)], [dev(dst, count)])
         desc, release = _src_desc(ctx, src, s, count)
         try:
             cl.call("memcpy", ["dev", dst], desc, count)
@@ -171,6 +178,8 @@ def memcpy(dst, dst_max: int, src, count: int, kind: int) -> None:
         device_where(src, call, "src")
         d = _host_bytes(dst, call, "dst", True)
         _host_len_check(call, "dst", d, count)
+        if RACE.on():
+            RACE.host("memcpy (device to host)", [dev(src, count)], [host(d, count)])
         pin = pinned_region(dst)
         if pin is not None:
             _register(ctx, pin[0])
@@ -216,12 +225,20 @@ def memcpy_async(dst, dst_max: int, src, count: int, kind: int, stream=None) -> 
         device_where(dst, call, "dst")
         device_where(src, call, "src")
         cl.submit(st.id, "memcpy", ["dev", dst], ["dev", src], count)
+        if RACE.on():
+            RACE.task(st, "memcpy_async (device to device)", [dev(src, count)], [dev(dst, count)])
     elif kind == MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE:
         device_where(dst, call, "dst")
         s = _host_bytes(src, call, "src", False)
         _host_len_check(call, "src", s, count)
         desc, release = _src_desc(ctx, src, s, count)
         cl.submit(st.id, "memcpy", ["dev", dst], desc, count)
+        if RACE.on():
+            if desc[0] == "pin" and pinned_region(src) is not None:      # read in place when the stream gets there
+                RACE.task(st, "memcpy_async (pinned host to device)", [host(s, count)], [dev(dst, count)])
+            else:                                                        # a pageable source is captured now
+                RACE.host("memcpy_async (host to device: the source is read at the call)", [host(s, count)])
+                RACE.task(st, "memcpy_async (host to device)", (), [dev(dst, count)])
         st.ctx.run_after(st.id, release)
     else:
         device_where(src, call, "src")
@@ -231,10 +248,14 @@ def memcpy_async(dst, dst_max: int, src, count: int, kind: int, stream=None) -> 
         if pin is not None:
             _register(ctx, pin[0])
             cl.submit(st.id, "memcpy", ["pin", pin[0].id, pin[1]], ["dev", src], count)
+            if RACE.on():
+                RACE.task(st, "memcpy_async (device to pinned host)", [dev(src, count)], [host(d, count)])
             return
         stg = _staging(ctx)
         buf = stg.get(ctx, count)
         cl.submit(st.id, "memcpy", ["pin", buf.id, 0], ["dev", src], count)
+        if RACE.on():       # the pageable destination is written when the covering synchronize lands it
+            RACE.task(st, "memcpy_async (device to host)", [dev(src, count)], [host(d, count)])
 
         def land():
             d[:count] = np.frombuffer(buf, np.uint8, count)
@@ -249,6 +270,8 @@ def memset(ptr: int, max_count: int, value: int, count: int) -> None:
     _memset_value(call, value)
     ctx = ctx_for_ptr(ptr, call)
     if count:
+        if RACE.on():
+            RACE.host("memset", (), [dev(ptr, count)])
         ctx.client.call("memset", ptr, int(value), count)
 
 
@@ -260,6 +283,8 @@ def memset_async(ptr: int, max_count: int, value: int, count: int, stream=None) 
     st = stream_handle(stream, call)
     if count:
         st.ctx.client.submit(st.id, "memset", ptr, int(value), count)
+        if RACE.on():
+            RACE.task(st, "memset_async", (), [dev(ptr, count)])
 
 
 def _memset_value(call, value):

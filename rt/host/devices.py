@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .. import args, errors
+from .. import args, errors, faults, slog
 from ..constants import HBM, AclErrorCode as E, MemAttr
 from ..errors import AclError
 from .runtime import RUNTIME, Context
@@ -11,6 +11,8 @@ from .runtime import RUNTIME, Context
 def init(config=None, *, address=None, backend=None) -> None:
     """Start the runtime: embedded local Ray (or join ``address``/RAY_ADDRESS; ``backend="local"``
     for in-process cards). Cards are created lazily at the first ``set_device``."""
+    if not RUNTIME.initialized:
+        faults.FAULTS.starting()          # NPUSIM_FAULTS is read now: a malformed spec fails here (100000)
     RUNTIME.init(config, address=address, backend=backend)
 
 
@@ -66,8 +68,10 @@ def set_device(device: int) -> None:
         if ctx is None or ctx.destroyed:
             ctx = RUNTIME.open(device, default=True)
             RUNTIME.defaults[device] = ctx
-        RUNTIME.refcount[device] = RUNTIME.refcount.get(device, 0) + 1
+        count = RUNTIME.refcount[device] = RUNTIME.refcount.get(device, 0) + 1
     RUNTIME.set_current(ctx)
+    slog.info(slog.RUNTIME, "set_device(%d): card %d of node %d, %d reference(s)", device, ctx.physical, ctx.node,
+              count)
 
 
 def get_device() -> int:
@@ -84,8 +88,10 @@ def _reset(device: int, force: bool) -> None:
         count = 0 if force else count - 1
         RUNTIME.refcount[device] = count
         if count:
+            slog.info(slog.RUNTIME, "reset_device(%d): %d reference(s) left", device, count)
             return
         ctx = RUNTIME.defaults.pop(device, None)
+    slog.info(slog.RUNTIME, "reset_device(%d)%s: releasing the device", device, " (force)" if force else "")
     if ctx is not None:
         RUNTIME.destroy(ctx)
         if RUNTIME.current is None or RUNTIME.current is ctx:

@@ -65,6 +65,10 @@ class DeviceMap:
             bisect.insort(self._starts, ptr)
             self._sizes[ptr] = size
 
+    def size(self, ptr: int) -> int | None:
+        """The requested size of the live allocation starting at ``ptr`` (None: not one of ours)."""
+        return self._sizes.get(ptr)
+
     def remove(self, ptr: int) -> None:
         """``ptr`` is about to be freed: never view it again (before the card is asked, so no race)."""
         with self._lock:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from .. import args
+from .. import args, slog
 from ..addresses import decode_addr
 from ..constants import AclErrorCode as E
-from ..errors import AclError
+from ..errors import EL0004, AclError
+from ..faults import FAULTS
 from .hostmem import HostBuffer
+from .racecheck import RACE, host
 from .runtime import RUNTIME, Context
+
+LOG_BYTES = 1 << 20          # mallocs and frees from this size on are logged (DEBUG, module RUNTIME)
 
 
 def malloc(size: int, policy: int = 0) -> int:
@@ -16,16 +20,29 @@ def malloc(size: int, policy: int = 0) -> int:
     if not args.is_int(size) or size <= 0:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"malloc: size must be a positive int, got {args.shown(size)}")
     if size > args.INT64_MAX:
-        raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, f"malloc: out of memory: requested {int(size)} bytes, "
-                                                         f"far beyond the card's {RUNTIME.cfg.hbm_bytes}-byte capacity")
+        raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, f"{EL0004} malloc: out of memory: requested {int(size)} "
+                                                         f"bytes, far beyond the card's {RUNTIME.cfg.hbm_bytes}-byte "
+                                                         f"capacity")
     policy = args.integer(policy, "malloc", "policy", hi=(1 << 32) - 1)
+    if FAULTS.armed:
+        FAULTS.malloc(ctx, int(size))           # NPUSIM_FAULTS oom (rt/faults.py): fails as on a full card
     ptr = ctx.client.call("malloc", int(size), policy)
     ctx.devmap.add(ptr, int(size))
+    if RACE.on():
+        RACE.allocated("dev", ptr, int(size))
+    if size >= LOG_BYTES:
+        slog.debug(slog.RUNTIME, "malloc: %d bytes at %#x on %s", size, ptr, ctx.name)
     return ptr
 
 
 def free(ptr: int) -> None:
     ctx = ctx_for_ptr(ptr, "free")
+    if slog.enabled(slog.RUNTIME, slog.DEBUG):
+        size = ctx.devmap.size(ptr)
+        if size is not None and size >= LOG_BYTES:
+            slog.debug(slog.RUNTIME, "free: %d bytes at %#x on %s", size, ptr, ctx.name)
+    if RACE.on():
+        RACE.freed("dev", ptr)
     ctx.devmap.remove(ptr)
     ctx.client.call("free", ptr)
 
@@ -33,12 +50,17 @@ def free(ptr: int) -> None:
 def malloc_host(size: int) -> HostBuffer:
     """Pinned host memory: a writable shared-memory buffer cards copy to and from directly."""
     RUNTIME.require()
-    return HostBuffer(size)
+    buf = HostBuffer(size)
+    if RACE.on():
+        RACE.allocated("host", host(buf, 0)[1], buf.nbytes)
+    return buf
 
 
 def free_host(buf: HostBuffer) -> None:
     if not isinstance(buf, HostBuffer):
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"free_host: {type(buf).__name__} is not a HostBuffer from malloc_host")
+    if RACE.on() and not buf.freed:
+        RACE.freed("host", host(buf, 0)[1], "rt.free_host")
     for ctx in list(RUNTIME.contexts):
         if buf.id in ctx.registered and not ctx.client.lost:
             ctx.registered.discard(buf.id)

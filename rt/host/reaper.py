@@ -82,7 +82,7 @@ def processes(token: str, pids) -> None:
     process (same start time), never a later process that reused the number."""
     r = _get()
     for pid in pids:
-        start = _start_time(pid)
+        start = start_time(pid)
         if start is not None:
             r.send(f"pid {token} {pid} {start}")
 
@@ -124,7 +124,7 @@ def _tagged(tokens: set[str], me: int) -> list[int]:
     return found
 
 
-def _start_time(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
     """The process's start time (clock ticks since boot, field 22 of /proc/<pid>/stat), or None if gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
@@ -142,7 +142,7 @@ def _alive(pid: int) -> bool:
 
 
 def _clean(tokens: set[str], paths, parent: int, known=()) -> None:
-    known = [pid for pid, start in known if _start_time(pid) == start]
+    known = [pid for pid, start in known if start_time(pid) == start]
     if tokens or known:
         for _ in range(3):                      # a dying process may still start one: look again
             pids = [p for p in {*_tagged(tokens, os.getpid()), *known} if p != parent]

@@ -20,7 +20,7 @@ import threading
 import traceback
 import warnings
 
-from .. import errors
+from .. import errors, slog
 from ..config import Config, load_config
 from ..constants import AclErrorCode as E
 from ..errors import AclError
@@ -186,11 +186,14 @@ class Runtime:
         ctx = Context(device, phys, self.node, client, default)
         ctx.wire()
         self.contexts.add(ctx)
+        slog.info(slog.RUNTIME, "context created on %s%s", ctx.name, " (the device's default)" if default else "")
         return ctx
 
     def destroy(self, ctx: Context) -> None:
         if ctx.destroyed:
             return
+        for hook in RELEASE_HOOKS:      # the timeline collects the card's task log before it goes
+            hook(ctx.client)
         try:
             if not ctx.client.lost:
                 ctx.client.call("release", timeout=60)
@@ -203,6 +206,7 @@ class Runtime:
             ctx.staging.release()
         ctx.callback_jobs.put(None)     # stop the context's callback thread (it would wait forever)
         self.contexts.discard(ctx)
+        slog.info(slog.RUNTIME, "context destroyed on %s", ctx.name)
 
     # -- the calling thread's current context ----------------------------------------------------
     @property
@@ -233,6 +237,7 @@ class Runtime:
 
 
 RUNTIME = Runtime()
+RELEASE_HOOKS: list = []       # fn(client) before a context's card connection is released (rt/host/recorder.py)
 
 
 def parse_visible(text: str | None, count: int) -> list[int]:

@@ -6,9 +6,12 @@ is the current context's default stream. Enqueueing never waits; synchronize and
 
 from __future__ import annotations
 
-from .. import args
+from .. import args, slog
 from ..constants import AclErrorCode as E
 from ..errors import AclError
+from ..faults import FAULTS
+from .racecheck import RACE
+from .recorder import RECORDER
 from .runtime import RUNTIME, Context
 
 
@@ -44,7 +47,9 @@ def _live(handle, cls, call, what):
 
 def create_stream() -> Stream:
     ctx = RUNTIME.require_current("create_stream")
-    return Stream(ctx, ctx.client.call("stream_create"))
+    st = Stream(ctx, ctx.client.call("stream_create"))
+    slog.info(slog.RUNTIME, "stream %d created on %s", st.id, ctx.name)
+    return st
 
 
 def destroy_stream(stream: Stream) -> None:
@@ -54,14 +59,34 @@ def destroy_stream(stream: Stream) -> None:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, "destroy_stream: the default stream cannot be destroyed")
     st.ctx.client.retire_stream(st.id)
     st.destroyed = True
+    slog.info(slog.RUNTIME, "stream %d destroyed on %s", st.id, st.ctx.name)
 
 
 def synchronize_stream(stream=None) -> None:
     """Wait for all work on the stream; raises the first async failure of that work."""
     st = stream_handle(stream, "synchronize_stream")
+    if FAULTS.armed:                                    # NPUSIM_FAULTS ecc (rt/faults.py)
+        FAULTS.synchronize(st.ctx, "synchronize_stream")
     if not st.ctx.notify and st.ctx.client.stream_done(st.id):
-        return          # the card finished all of it without errors, and every copy into host memory landed
-    st.ctx.client.call("stream_sync", st.id, pass_req=True)
+        pass            # the card finished all of it without errors, and every copy into host memory landed
+    else:
+        _traced_wait("synchronize_stream", st, lambda: st.ctx.client.call("stream_sync", st.id, pass_req=True))
+    if RACE.on():
+        RACE.synchronized_stream(st)
+        RACE.check("synchronize_stream")
+
+
+def _traced_wait(op: str, st: Stream, wait, **fields) -> None:
+    """Run a blocking wait, recorded in the flight recorder (who waited where, how long, how it ended)."""
+    if not RECORDER.enabled:
+        return wait()
+    entry = RECORDER.begin(op, st.ctx.client, st.id, **fields)
+    try:
+        wait()
+    except BaseException as e:
+        RECORDER.end(entry, e)
+        raise
+    RECORDER.end(entry)
 
 
 def synchronize_stream_with_timeout(stream, timeout_ms: int) -> None:
@@ -80,21 +105,35 @@ def synchronize_stream_with_timeout(stream, timeout_ms: int) -> None:
         if stream_query(st) != 0:
             raise expired()
         return synchronize_stream(st)
-    st.ctx.client.call("stream_sync", st.id, pass_req=True, timeout=timeout_ms / 1000, timeout_error=expired)
+    if FAULTS.armed:                                    # NPUSIM_FAULTS ecc (rt/faults.py)
+        FAULTS.synchronize(st.ctx, "synchronize_stream_with_timeout")
+    _traced_wait("synchronize_stream_with_timeout", st, lambda: st.ctx.client.call(
+        "stream_sync", st.id, pass_req=True, timeout=timeout_ms / 1000, timeout_error=expired), timeout_ms=timeout_ms)
+    if RACE.on():
+        RACE.synchronized_stream(st)
+        RACE.check("synchronize_stream_with_timeout")
 
 
 def stream_query(stream=None) -> int:
     """ACL_STREAM_STATUS_COMPLETE (0) when all its work is done, else NOT_READY (1)."""
     st = stream_handle(stream, "stream_query")
-    return st.ctx.client.call("stream_query", st.id)
+    status = st.ctx.client.call("stream_query", st.id)
+    if status == 0 and RACE.on():
+        RACE.synchronized_stream(st)        # the host saw it finish: as good as a synchronize
+    return status
 
 
 def synchronize_device() -> None:
     """Wait for all streams of the current context; raises the first async failure."""
     ctx = RUNTIME.require_current("synchronize_device")
-    stream_handle(None, "synchronize_device")          # make sure the default stream exists on the card
+    if FAULTS.armed:                                    # NPUSIM_FAULTS ecc (rt/faults.py)
+        FAULTS.synchronize(ctx, "synchronize_device")
+    st = stream_handle(None, "synchronize_device")     # make sure the default stream exists on the card
     ctx.client.call("default_stream")
-    ctx.client.call("device_sync", pass_req=True)
+    _traced_wait("synchronize_device", st, lambda: ctx.client.call("device_sync", pass_req=True))
+    if RACE.on():
+        RACE.synchronized_device(ctx)
+        RACE.check("synchronize_device")
 
 
 def stream_wait_event(stream, event) -> None:
@@ -102,7 +141,12 @@ def stream_wait_event(stream, event) -> None:
     st = stream_handle(stream, "stream_wait_event")
     ev = _event(event, "stream_wait_event")
     timeout = float(RUNTIME.cfg.exec_timeout) if RUNTIME.cfg else 1836.0
-    st.ctx.client.submit(st.id, "wait_event", [ev.ctx.node, ev.ctx.physical], ev.id, ev.gen, timeout)
+    task = st.ctx.client.submit(st.id, "wait_event", [ev.ctx.node, ev.ctx.physical], ev.id, ev.gen, timeout)
+    if RECORDER.enabled:
+        RECORDER.record("event", "stream_wait_event", st.ctx.client, st.id, task, event=ev.id, gen=ev.gen,
+                        event_card=ev.ctx.name)
+    if RACE.on():
+        RACE.wait_event(st, ev)
 
 
 # ====================================================================== events
@@ -139,7 +183,11 @@ def record_event(event: Event, stream=None) -> None:
         raise AclError(E.ACL_ERROR_RT_STREAM_CONTEXT,
                        f"record_event: {ev!r} and {st!r} are on different cards")
     ev.gen += 1
-    st.ctx.client.submit(st.id, "record", ev.id, ev.gen)
+    task = st.ctx.client.submit(st.id, "record", ev.id, ev.gen)
+    if RECORDER.enabled:
+        RECORDER.record("event", "record_event", st.ctx.client, st.id, task, event=ev.id, gen=ev.gen)
+    if RACE.on():
+        RACE.record_event(st, ev)
 
 
 def reset_event(event: Event, stream=None) -> None:
@@ -152,13 +200,32 @@ def reset_event(event: Event, stream=None) -> None:
 def query_event_status(event: Event) -> int:
     """ACL_EVENT_RECORDED_STATUS_COMPLETE (1) once the latest record completed, else NOT_READY (0)."""
     ev = _event(event, "query_event_status")
-    return ev.ctx.client.call("event_query", ev.id)
+    status = ev.ctx.client.call("event_query", ev.id)
+    if status == 1 and RACE.on():
+        RACE.synchronized_event(ev)
+    return status
 
 
 def synchronize_event(event: Event) -> None:
     ev = _event(event, "synchronize_event")
+    if FAULTS.armed:                                    # NPUSIM_FAULTS ecc (rt/faults.py)
+        FAULTS.synchronize(ev.ctx, "synchronize_event")
+    if RACE.on():
+        _synchronize_event(ev)
+        RACE.synchronized_event(ev)
+        RACE.check("synchronize_event")
+        return
+    _synchronize_event(ev)
+
+
+def _synchronize_event(ev: Event) -> None:
     if ev.gen:
-        ev.ctx.client.call("event_sync", ev.id, ev.gen, pass_req=True)
+        st = stream_handle(None, "synchronize_event") if RUNTIME.current is ev.ctx else None
+        if st is None or not RECORDER.enabled:
+            ev.ctx.client.call("event_sync", ev.id, ev.gen, pass_req=True)
+            return
+        _traced_wait("synchronize_event", st, lambda: ev.ctx.client.call("event_sync", ev.id, ev.gen, pass_req=True),
+                     event=ev.id, gen=ev.gen)
 
 
 def event_elapsed_time(start: Event, end: Event) -> float:

@@ -12,12 +12,13 @@ from .. import args
 from ..addresses import decode_addr
 from ..constants import AclErrorCode as E, MemcpyKind
 from ..dtypes import np_dtype
-from ..errors import AclError
+from ..errors import EL0004, AclError
 from ..kernels import registry
 from .copies import memcpy, memcpy_async
 from .streams import synchronize_device
 from .memory import free, malloc
 from .runtime import RUNTIME
+from .racecheck import RACE, dev
 from .streams import stream_handle
 
 
@@ -128,8 +129,8 @@ def check_shape(shape, call: str, dtype: np.dtype) -> tuple[int, ...]:
     dims = tuple(int(d) for d in dims)
     nbytes = math.prod(dims) * dtype.itemsize
     if nbytes > args.INT64_MAX:
-        raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, f"{call}: shape {dims} of {dtype} holds {nbytes} bytes, "
-                                                         f"beyond any card")
+        raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, f"{EL0004} {call}: shape {dims} of {dtype} holds {nbytes} "
+                                                         f"bytes, beyond any card")
     return dims
 
 
@@ -209,6 +210,10 @@ def launch_kernel(op, inputs, outputs, attrs=None, stream=None) -> None:
     else:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"launch_kernel: op {op!r} is neither a kernel name nor @rt.kernel")
     st.ctx.client.submit(st.id, "kernel", name, [t.wire() for t in inputs], [t.wire() for t in outputs], attrs)
+    if RACE.on():
+        outs = [dev(t.ptr, t.nbytes) for t in outputs]
+        user = isinstance(op, KernelFunction)       # a user kernel may read its outputs too (conservative)
+        RACE.task(st, f"kernel {name}", [dev(t.ptr, t.nbytes) for t in inputs] + (outs if user else []), outs)
 
 
 def sleep_kernel(seconds: float, stream=None) -> None:

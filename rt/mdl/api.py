@@ -12,7 +12,7 @@ import dataclasses
 import itertools
 import threading
 
-from .. import args
+from .. import args, slog
 from ..constants import AclErrorCode
 from ..errors import AclError
 from ..host import devices, streams
@@ -71,6 +71,7 @@ def load_from_mem(data) -> int:
     with _lock:
         model_id = next(_ids)
         _models[model_id] = _HostModel(card, card_model_id, shapes, ModelDesc(model_id, desc))
+    slog.info(slog.GE, "model %d (%r, %d bytes) loaded", model_id, model.name, len(data))
     return model_id
 
 
@@ -93,6 +94,7 @@ def unload(model_id: int) -> None:
     m.card.call("model_unload", m.card_model_id)
     with _lock:
         _models.pop(model_id, None)
+    slog.info(slog.GE, "model %d unloaded", model_id)
 
 
 def get_desc(model_id: int) -> ModelDesc:
@@ -184,6 +186,10 @@ def _submit(m: _HostModel, stream, ins, outs, dynamic, what: str):
                        f"but the stream belongs to {getattr(client, 'name', client)}")
     # token 0: no dims reply wanted, the host already knows them from its own shape inference
     client.submit(st.id, "model_execute", m.card_model_id, ins, outs, dynamic)
+    from ..host.racecheck import RACE, dev
+    if RACE.on():
+        RACE.task(st, f"model {m.desc.model_id} ({m.desc.name!r}) execution", [dev(p, n) for p, n in ins],
+                  [dev(p, n) for p, n in outs])
     return st
 
 

@@ -80,7 +80,7 @@ class CardActor:
         self.card.config = c
         self.card.fabric = "ray"
         self.card.scope = self.namespace     # the job's Ray namespace: where the job's cards and hubs are named
-        self.server = CardServer(self.card, self.path)
+        self.server = CardServer(self.card, self.path, make_dir=False)   # the set's owner made (and removes) it
 
     def address(self) -> str:
         return self.path

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import os
 import secrets
@@ -264,6 +265,7 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
     socket_dir = socket_dir or os.path.join(socket_root(), job)
     os.makedirs(socket_dir, mode=0o700, exist_ok=True)
     reaper.path(socket_dir)             # removed by destroy_cards, or by the reaper if we die first
+    write_owner(socket_dir, job)
     # No runtime_env: with one, Ray boots every worker through its setup_worker.py shim (a second
     # interpreter importing Ray), which doubles a card's start-up CPU (0.31 -> 0.66 s measured) and
     # keeps it off the workers Ray prestarts.
@@ -283,6 +285,30 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
     if wait:
         wait_cards(cards, timeout)
     return cards
+
+
+OWNER_FILE = "owner.json"
+
+
+def write_owner(socket_dir: str, job: str) -> None:
+    """Say who created the cards of ``socket_dir`` — this process (pid and start time, so a reused pid is told
+    apart) — in ``owner.json`` beside their sockets: how ``npu-smi`` (``launcher/smi.py``) names a session and
+    tells a live one from a stale one. It goes with the directory (``destroy_cards``, ``forget_cards``, the
+    reaper); a set created in steps keeps the first step's file. Best effort: never fails card creation."""
+    path = os.path.join(socket_dir, OWNER_FILE)
+    if os.path.exists(path):
+        return
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"pid": os.getpid(), "start_time": reaper.start_time(os.getpid()), "job": job,
+                       "created": time.time()}, f)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def wait_cards(cards: "CardSet", timeout: float = 60.0) -> None:

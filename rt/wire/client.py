@@ -20,6 +20,7 @@ from .protocol import CALL, NOTIFY, TASK
 from .segment import close_fds, map_received
 
 LIVENESS = 1.0   # seconds between checks that the card is still there while waiting
+ERROR_HOOKS: list[Callable] = []   # fn(error) for every error a card answers (rt/host/recorder.py adds one)
 
 
 class _Waiter:
@@ -113,18 +114,30 @@ class CardClient:
                 return                  # the send that follows reports the lost channel
         self._announced = version
 
-    def submit(self, stream_id: int, name: str, *args) -> None:
-        """Enqueue a task on a card stream; returns at once (errors surface at the next synchronize)."""
+    def submit(self, stream_id: int, name: str, *args) -> int:
+        """Enqueue a task on a card stream; returns at once (errors surface at the next synchronize) with the
+        task's index among this client's tasks on that stream (what the card's task log calls it)."""
         with self.stream_order(stream_id):
             if stream_id in self._retired:
                 raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE,
                                f"{name}: stream {stream_id} on {self.name} was destroyed (by another thread?)")
-            self._submitted[stream_id] = self._submitted.get(stream_id, 0) + 1
+            n = self._submitted[stream_id] = self._submitted.get(stream_id, 0) + 1
             try:
                 self._send([TASK, stream_id, name, list(args)])
             except BaseException:
                 self._submitted[stream_id] -= 1
                 raise
+            return n
+
+    def submitted(self, stream_id: int) -> int:
+        return self._submitted.get(stream_id, 0)
+
+    def stream_progress(self, stream_id: int) -> int | None:
+        """Host tasks of the stream the card finished (from the shared page; None if it is not shared)."""
+        slot = self._slots.get(stream_id)
+        if slot is None or self._state is None or self.lost:
+            return None
+        return int(self._state[2 * slot])
 
     def retire_stream(self, stream_id: int) -> None:
         """Destroy ``stream_id`` on the card; enqueues racing with it from other threads fail at once (107017)
@@ -195,7 +208,9 @@ class CardClient:
             raise AclError(E.ACL_ERROR_RT_TIMEOUT, f"{name} on {self.name}: no reply within {timeout} s")
         if not w.ok:
             err = errors.from_wire(w.value)
-            errors.record_error_message(err.message)
+            errors.record_error_message(err.message, module=err)
+            for hook in ERROR_HOOKS:        # the flight recorder dumps on a collective's failure
+                hook(err)
             raise err
         return (w.value, w.fds) if want_fds else w.value
 

@@ -19,10 +19,13 @@ from .protocol import unpacker
 class CardServer:
     """The card's listening Unix socket: one reader thread per connected process (or peer card)."""
 
-    def __init__(self, card, path: str):
+    def __init__(self, card, path: str, make_dir: bool = True):
+        """``make_dir=False``: the directory must exist (a card actor booting after its set was destroyed must
+        fail, not recreate the directory its owner already removed)."""
         self.card = card
         self.path = path
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        if make_dir:
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         if os.path.exists(path):
             os.unlink(path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

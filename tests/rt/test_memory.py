@@ -157,8 +157,8 @@ def test_out_of_memory_message_and_code():
     m.malloc(1000)                          # 2 MiB small segment
     msg = raises(OOM, m.malloc, 3 * MiB)
     block = 3 * MiB + 512
-    assert msg == (f"malloc: out of memory on card 3 (node 0): requested {3 * MiB} bytes "
-                   f"(rounded {3 * MiB + 32}); allocated {4 * MiB + 1536}, reserved {6 * MiB} "
+    assert msg == (f"EL0004: Failed to allocate memory. malloc: out of memory on card 3 (node 0): "
+                   f"requested {3 * MiB} bytes (rounded {3 * MiB + 32}); allocated {4 * MiB + 1536}, reserved {6 * MiB} "
                    f"(cached {2 * MiB - 1536}), capacity {8 * MiB}")
     assert block < 4 * MiB  # the whole 4 MiB block went to p: rest under 1 MiB is not split
     s = m.stats()

@@ -50,6 +50,7 @@ def test_a_card_larger_than_the_host_fails_malloc_with_207001(rt_factory, tmp_pa
     with pytest.raises(rt.AclError) as e:
         rt.malloc(psutil.virtual_memory().total * 2)
     assert e.value.code == 207001 and "available" in e.value.message
+    assert e.value.message.startswith("EL0004: Failed to allocate memory. malloc on card 0 (node 0): ")
     rt.free(rt.malloc(1024))
 
 

@@ -1,0 +1,458 @@
+"""Fault injection for testing recovery code: ``NPUSIM_FAULTS=SPEC``, ``launch --inject SPEC``, ``rt.faults.inject``.
+
+SPEC is a ``;``-separated list of faults, each ``action:key=value:key=value...`` (docs/faults.md has a worked
+example of each)::
+
+    kill:rank=R:collective=K          SIGKILL rank R's process as it enters its K-th collective
+    kill_card:card=C:collective=K     SIGKILL the process of card C as the rank on it enters its K-th collective
+    hang:rank=R:collective=K          rank R blocks forever entering its K-th collective
+    delay:rank=R:collective=K:ms=T    rank R enters its K-th collective T ms late
+    fail:rank=R:collective=K:code=X   that collective fails with HcclResult X (a name or number) on rank R
+    corrupt:rank=R:collective=K       the bytes rank R receives from that collective are inverted (bytes=N: the
+                                      first N only)
+    oom:card=C:malloc=K               the K-th malloc of this process on card C fails with 207001
+    ecc:card=C                        a device error (507054, HBM multi-bit ECC) at the next synchronize on card C
+                                      (sync=K: the K-th)
+
+Every fault takes ``restart=N`` (default 0): it applies only while ``RESTART_COUNT`` is N, so the run that
+``launch --max-restarts`` starts after the failure runs clean. ``collective=K`` counts the collectives the
+process calls (all_reduce ... barrier, over all its communicators, from 1); send/recv/batch_send_recv calls
+are counted apart, as ``p2p=K`` (each call one), usable in place of ``collective=K``. A rank is the process's
+``RANK`` (set by ``launch``/``spawn``/torchrun); in a process without ``RANK`` (one process driving several
+cards) it is the communicator rank of the call. A card is the physical card index on its node (what error
+messages and ``npu-smi`` call ``card C``; ``node=N``, default 0, picks the node).
+
+The environment is read when the runtime starts (``rt.init``; a malformed SPEC fails there with 100000) or at
+the first call that could inject, never at import (ranks are forked from a pre-imported server). With no fault
+for this process a call costs one attribute check (``FAULTS.armed``). The card-side half of ``fail`` and
+``corrupt`` is ``hccl/card/faults.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import threading
+import time
+
+from . import slog
+from .constants import AclErrorCode
+from .errors import AclError, HcclError, NpuError, oom_message, record_error_message
+
+# HcclResult (hicann/hcomm include/hccl/hccl_types.h): name -> (code, the header's description). rt cannot
+# import hccl; tests/rt/test_faults.py checks this table against hccl.types.HcclResult.
+HCCL_RESULTS = {
+    "HCCL_E_PARA": (1, "parameter error"), "HCCL_E_PTR": (2, "empty pointer"), "HCCL_E_MEMORY": (3, "memory error"),
+    "HCCL_E_INTERNAL": (4, "internal error"), "HCCL_E_NOT_SUPPORT": (5, "not support feature"),
+    "HCCL_E_NOT_FOUND": (6, "not found specific resource"), "HCCL_E_UNAVAIL": (7, "resource unavailable"),
+    "HCCL_E_SYSCALL": (8, "call system interface error"), "HCCL_E_TIMEOUT": (9, "timeout"),
+    "HCCL_E_OPEN_FILE_FAILURE": (10, "open file fail"), "HCCL_E_TCP_CONNECT": (11, "tcp connect fail"),
+    "HCCL_E_ROCE_CONNECT": (12, "roce connect fail"), "HCCL_E_TCP_TRANSFER": (13, "tcp transfer fail"),
+    "HCCL_E_ROCE_TRANSFER": (14, "roce transfer fail"), "HCCL_E_RUNTIME": (15, "call runtime api fail"),
+    "HCCL_E_DRV": (16, "call driver api fail"), "HCCL_E_PROFILING": (17, "call profiling api fail"),
+    "HCCL_E_CCE": (18, "call cce api fail"), "HCCL_E_NETWORK": (19, "call network api fail"),
+    "HCCL_E_AGAIN": (20, "try again"), "HCCL_E_REMOTE": (21, "error cqe"),
+    "HCCL_E_SUSPENDING": (22, "error communicator suspending"), "HCCL_E_OPRETRY_FAIL": (23, "retry constraint"),
+    "HCCL_E_OOM": (24, "out of memory"), "HCCL_E_IN_STATUS": (1041, "the error information is in the status"),
+}
+_HCCL_BY_CODE = {code: name for name, (code, _) in HCCL_RESULTS.items()}
+_EI0002_CODES = (9, 21)      # HCCL_E_TIMEOUT, HCCL_E_REMOTE: CANN tags these EI0002 (npusim's genuine ones too)
+
+# The ECC fault's code: ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR, "hbm Multi-bit ECC error" (rt_error_codes.h). Real
+# runtimes report the device reason as "reason=[hbm Multi-bit ECC error]" (torch_npu greps it: HBM_ECC_EXIT).
+ECC_CODE = AclErrorCode.ACL_ERROR_RT_HBM_MULTI_BIT_ECC_ERROR
+ECC_REASON = "reason=[hbm Multi-bit ECC error]"
+
+_CALL_TRIGGERS = ("collective", "p2p")
+_LIMIT = 1 << 31
+
+
+@dataclasses.dataclass(frozen=True)
+class _Action:
+    target: str                      # "rank" or "card"
+    triggers: tuple[str, ...]        # exactly one of them is given (ecc: sync, optional)
+    required: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+
+
+ACTIONS = {
+    "kill": _Action("rank", _CALL_TRIGGERS),
+    "kill_card": _Action("card", _CALL_TRIGGERS, optional=("node",)),
+    "hang": _Action("rank", _CALL_TRIGGERS),
+    "delay": _Action("rank", _CALL_TRIGGERS, required=("ms",)),
+    "fail": _Action("rank", _CALL_TRIGGERS, required=("code",)),
+    "corrupt": _Action("rank", _CALL_TRIGGERS, optional=("bytes",)),
+    "oom": _Action("card", ("malloc",), optional=("node",)),
+    "ecc": _Action("card", ("sync",), optional=("node",)),
+}
+_PEER_VISIBLE = ("kill", "kill_card", "hang", "delay")     # peers' HCCL errors mention these (see _peer_note)
+
+
+@dataclasses.dataclass(eq=False)
+class Fault:
+    """One parsed fault; ``seen`` counts the matching calls so far (K-th: ``seen == at``)."""
+
+    action: str
+    text: str                        # the fault as written (whitespace trimmed): what messages quote
+    rank: int | None = None
+    card: int | None = None
+    node: int = 0
+    trigger: str = "collective"      # collective | p2p | malloc | sync
+    at: int = 1
+    ms: int = 0
+    code: int = 0
+    nbytes: int = 0                  # corrupt: 0 = every received byte
+    restart: int = 0
+    seen: int = 0
+
+    @property
+    def who(self) -> str:
+        return f"rank {self.rank}" if self.rank is not None else f"card {self.card} (node {self.node})"
+
+
+def _bad(source: str, text: str, why: str) -> AclError:
+    return AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, f"{source}: bad fault {text!r}: {why}")
+
+
+def _number(source, text, key, value, lo, hi=_LIMIT) -> int:
+    if not value.isascii() or not value.isdigit() or not lo <= int(value) < hi:
+        raise _bad(source, text, f"{key}={value!r} is not a number in {lo}..{hi - 1}")
+    return int(value)
+
+
+def _code(source, text, value) -> int:
+    if value.isascii() and value.isdigit():
+        if int(value) in _HCCL_BY_CODE:
+            return int(value)
+    elif value.upper() in HCCL_RESULTS:
+        return HCCL_RESULTS[value.upper()][0]
+    raise _bad(source, text, f"code={value!r} is not an HcclResult failure code (a name such as HCCL_E_REMOTE, or "
+                             f"its number: {', '.join(f'{n} {c}' for n, (c, _) in list(HCCL_RESULTS.items())[:4])}, "
+                             f"... HCCL_E_OOM 24)")
+
+
+def _parse_one(text: str, source: str) -> Fault:
+    head, *pairs = text.split(":")
+    action = head.strip()
+    spec = ACTIONS.get(action)
+    if spec is None:
+        raise _bad(source, text, f"unknown action {action!r} (expected one of {', '.join(ACTIONS)})")
+    allowed = (spec.target, *spec.triggers, *spec.required, *spec.optional, "restart")
+    keys: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise _bad(source, text, f"{pair.strip()!r} is not key=value")
+        if key not in allowed:
+            raise _bad(source, text, f"unknown key {key!r} for {action} (expected {', '.join(allowed)})")
+        if key in keys:
+            raise _bad(source, text, f"key {key!r} is given twice")
+        keys[key] = value
+    for key in (spec.target, *spec.required):
+        if key not in keys:
+            raise _bad(source, text, f"missing key {key!r} ({action} needs {spec.target}=, "
+                                     f"{' or '.join(k + '=' for k in spec.triggers)}"
+                                     f"{''.join(', ' + k + '=' for k in spec.required)})")
+    triggers = [k for k in spec.triggers if k in keys]
+    if len(triggers) > 1:
+        raise _bad(source, text, f"give one of {' and '.join(k + '=' for k in triggers)}, not both")
+    if not triggers and action != "ecc":
+        raise _bad(source, text, f"missing key {' or '.join(repr(k) for k in spec.triggers)} (which call to hit)")
+    f = Fault(action, text.strip())
+    f.trigger = triggers[0] if triggers else "sync"
+    f.at = _number(source, text, f.trigger, keys[f.trigger], 1) if triggers else 1
+    if spec.target == "rank":
+        f.rank = _number(source, text, "rank", keys["rank"], 0)
+    else:
+        f.card = _number(source, text, "card", keys["card"], 0)
+        f.node = _number(source, text, "node", keys.get("node", "0"), 0)
+    f.restart = _number(source, text, "restart", keys.get("restart", "0"), 0)
+    if "ms" in keys:
+        f.ms = _number(source, text, "ms", keys["ms"], 0, 86_400_001)
+    if "bytes" in keys:
+        f.nbytes = _number(source, text, "bytes", keys["bytes"], 1)
+    if "code" in keys:
+        f.code = _code(source, text, keys["code"])
+    return f
+
+
+def parse(spec: str, source: str = "NPUSIM_FAULTS") -> list[Fault]:
+    """The faults of ``spec`` (empty parts between ``;`` are ignored); ``AclError`` 100000
+    (``ACL_ERROR_INVALID_PARAM``) naming the bad part and what is wrong with it."""
+    if not isinstance(spec, str):
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, f"{source}: {spec!r} is not a fault spec string")
+    return [_parse_one(part, source) for part in spec.split(";") if part.strip()]
+
+
+def _env_int(name: str) -> int | None:
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def _say(line: str) -> None:
+    """The line that says a fault was injected: on stderr (a rank's is prefixed by launch), and in the plog."""
+    slog.warning(slog.RUNTIME, "%s", line)
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class Faults:
+    """This process's faults (``FAULTS``). ``armed`` is the hot-path check: False once configured with nothing
+    that can fire here."""
+
+    def __init__(self):
+        self.armed = True                 # unconfigured: the first call that could inject reads the environment
+        self.configured = False
+        self.source: str | None = None    # "env" or "api"
+        self.label = "NPUSIM_FAULTS"
+        self.spec = ""
+        self.faults: list[Fault] = []     # every fault of the spec
+        self.calls: list[Fault] = []      # this process's collective / p2p faults of this restart
+        self.mallocs: list[Fault] = []
+        self.syncs: list[Fault] = []
+        self.notes: list[Fault] = []      # other ranks' process faults, mentioned in this rank's HCCL errors
+        self.process_rank: int | None = None
+        self.restart = 0
+        self._hooked = False
+        self._lock = threading.RLock()
+
+    # -- configuration ---------------------------------------------------------------------------------
+    def configure(self) -> None:
+        """Read ``NPUSIM_FAULTS`` (unless faults were set through :func:`inject`)."""
+        with self._lock:
+            if self.source == "api":
+                self.configured = True
+                return
+            spec = os.environ.get("NPUSIM_FAULTS", "")
+            self._install(parse(spec), spec, "NPUSIM_FAULTS", "env")
+
+    def starting(self) -> None:
+        """``rt.init``: read the environment now, so a malformed spec fails at start."""
+        with self._lock:
+            if self.source != "api":
+                self.reset()
+                self.configure()
+
+    def reset(self) -> None:
+        """Forget the configuration (the next call reads ``NPUSIM_FAULTS`` again)."""
+        with self._lock:
+            self._install([], "", "NPUSIM_FAULTS", None)
+            self.configured = False
+            self.armed = True
+
+    def _install(self, faults: list[Fault], spec: str, label: str, source: str | None) -> None:
+        self.faults, self.spec, self.label, self.source = faults, spec, label, source
+        self.process_rank = _env_int("RANK")
+        self.restart = _env_int("RESTART_COUNT") or 0
+        live = [f for f in faults if f.restart == self.restart]
+        for f in live:
+            f.seen = 0
+        mine = [f for f in live if f.rank is None or self.process_rank is None or f.rank == self.process_rank]
+        self.calls = [f for f in mine if f.trigger in _CALL_TRIGGERS]
+        self.mallocs = [f for f in mine if f.trigger == "malloc"]
+        self.syncs = [f for f in mine if f.trigger == "sync"]
+        self.notes = [f for f in live if f.action in _PEER_VISIBLE and self.process_rank is not None
+                      and f.rank != self.process_rank]
+        from .wire import client
+        if self.notes and not self._hooked:
+            client.ERROR_HOOKS.append(self._peer_note)
+            self._hooked = True
+        elif not self.notes and self._hooked:
+            client.ERROR_HOOKS.remove(self._peer_note)
+            self._hooked = False
+        self.armed = bool(self.calls or self.mallocs or self.syncs)
+        self.configured = True
+
+    def active(self) -> list[str]:
+        """The faults that apply to this process in this restart, as written."""
+        if not self.configured:
+            self.configure()
+        return [f.text for f in self.calls + self.mallocs + self.syncs]
+
+    def note(self, f: Fault) -> str:
+        return f"(injected by {self.label}: {f.text})"
+
+    # -- hooks (called only while armed) ---------------------------------------------------------------
+    def _hits(self, faults: list[Fault], trigger: str, ctx, comm_rank: int | None = None) -> list[Fault]:
+        hits = []
+        with self._lock:
+            for f in faults:
+                if f.trigger != trigger:
+                    continue
+                if f.rank is not None and self.process_rank is None and comm_rank != f.rank:
+                    continue
+                if f.card is not None and (ctx.node, ctx.physical) != (f.node, f.card):
+                    continue
+                f.seen += 1
+                if f.seen == f.at:
+                    hits.append(f)
+        return hits
+
+    def collective(self, comm, op: str, seq: int, params: dict, host):
+        """``hccl/api.py`` entering collective ``op`` #``seq``: returns ``(host, params)`` — the host path to use
+        (None: the card must run it) and the parameters (with the card's part of a fault under ``"fault"``)."""
+        if not self.configured:
+            self.configure()
+        hits = self._hits(self.calls, "collective", comm.ctx, comm.rank) if self.calls else None
+        if hits:
+            wire = self._fire(hits, comm, f"{op} #{seq} on comm '{comm.id}'")
+            if wire:
+                return None, dict(params, fault=wire)
+        return host, params
+
+    def p2p(self, comm, call: str) -> tuple:
+        """``hccl/api.py`` entering a send/recv/batch_send_recv: extra task arguments (the card's part of a fault)."""
+        if not self.configured:
+            self.configure()
+        hits = self._hits(self.calls, "p2p", comm.ctx, comm.rank) if self.calls else None
+        if hits:
+            wire = self._fire(hits, comm, f"{call} on comm '{comm.id}'")
+            if wire:
+                return (wire,)
+        return ()
+
+    def _fire(self, hits: list[Fault], comm, what: str) -> list[dict]:
+        """Delays first, then what the card does (fail, corrupt: returned), then what never returns."""
+        rank = self.process_rank if self.process_rank is not None else comm.rank
+        order = {"delay": 0, "fail": 1, "corrupt": 1, "kill_card": 2, "kill": 3, "hang": 3}
+        wire = []
+        for f in sorted(hits, key=lambda f: order[f.action]):
+            enters = f"enters {what} (its {f.trigger} #{f.at})"
+            if f.action == "delay":
+                _say(f"npusim: rank {rank} waits {f.ms} ms as it {enters} {self.note(f)}")
+                time.sleep(f.ms / 1000)
+            elif f.action == "fail":
+                name = _HCCL_BY_CODE[f.code]
+                text = f"{'EI0002 ' if f.code in _EI0002_CODES else ''}{name}: {HCCL_RESULTS[name][1]}"
+                wire.append({"action": "fail", "code": f.code, "text": text, "note": self.note(f)})
+            elif f.action == "corrupt":
+                _say(f"npusim: rank {rank} will receive inverted bytes from {what} (its {f.trigger} #{f.at}) "
+                     f"{self.note(f)}")
+                wire.append({"action": "corrupt", "bytes": f.nbytes, "note": self.note(f)})
+            elif f.action == "kill_card":
+                self._kill_card(comm.ctx, rank, enters, f)
+            elif f.action == "kill":
+                _say(f"npusim: rank {rank} (pid {os.getpid()}) killed with SIGKILL as it {enters} {self.note(f)}")
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif f.action == "hang":
+                _say(f"npusim: rank {rank} (pid {os.getpid()}) hangs forever as it {enters} {self.note(f)}")
+                while True:                 # interruptible: launch's SIGTERM still ends (and dumps) the rank
+                    time.sleep(3600)
+        return wire
+
+    def _kill_card(self, ctx, rank: int, enters: str, f: Fault) -> None:
+        pid = (ctx.client.info or {}).get("pid")
+        if pid is None or pid == os.getpid():   # cards inside this process (backend="local"): it is the card's
+            _say(f"npusim: card {f.card} (node {f.node}) runs in this process (pid {os.getpid()}): killed with "
+                 f"SIGKILL as rank {rank} {enters} {self.note(f)}")
+            os.kill(os.getpid(), signal.SIGKILL)
+        _say(f"npusim: card {f.card} (node {f.node}) process (pid {pid}) killed with SIGKILL as rank {rank} "
+             f"{enters} {self.note(f)}")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 10   # as when a card dies for real: this rank's channel to it closes
+        while not ctx.client.lost and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+    def malloc(self, ctx, size: int) -> None:
+        """``rt.malloc`` on ``ctx``'s card: raise the out-of-memory error of a full card at the K-th one."""
+        if not self.configured:
+            self.configure()
+        hits = self._hits(self.mallocs, "malloc", ctx) if self.mallocs else None
+        if not hits:
+            return
+        try:
+            stats = ctx.client.call("memory_stats")
+            allocated, reserved = stats["allocated_bytes.all.current"], stats["reserved_bytes.all.current"]
+        except (NpuError, KeyError):
+            allocated = reserved = 0
+        rounded = ((size - 1) // 32 + 1) * 32 + 32
+        capacity = (ctx.client.info or {}).get("total_memory", 0)
+        self._surface(AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION,
+                               f"{oom_message(ctx.physical, ctx.node, size, rounded, allocated, reserved, capacity)} "
+                               f"{self.note(hits[0])}"))
+
+    def synchronize(self, ctx, call: str) -> None:
+        """A synchronize on ``ctx``'s card (``rt/host/streams.py``): the ECC error at the K-th one."""
+        if not self.configured:
+            self.configure()
+        hits = self._hits(self.syncs, "sync", ctx) if self.syncs else None
+        if hits:
+            self._surface(AclError(ECC_CODE, f"{call}: EZ9999: Inner Error! The error from device (card "
+                                             f"{ctx.physical}, node {ctx.node}): multi-bit ECC error in HBM, "
+                                             f"{ECC_REASON}; the card's memory contents are lost, reset the device "
+                                             f"{self.note(hits[0])}"))
+
+    @staticmethod
+    def _surface(err: NpuError):
+        """Raise ``err`` as a card's answer is raised (rt/wire/client.py): recorded for get_recent_err_msg and the
+        plog, and shown to the error hooks (the flight recorder)."""
+        from .wire import client
+        record_error_message(err.message, module=err)
+        for hook in client.ERROR_HOOKS:
+            hook(err)
+        raise err
+
+    def _peer_note(self, err) -> None:
+        """A timeout or dead-peer HCCL error while another rank or card has an injected process fault: say so."""
+        if not isinstance(err, HcclError) or err.code not in _EI0002_CODES:
+            return
+        from .host.runtime import RUNTIME
+        mine = {(c.node, c.physical) for c in list(RUNTIME.contexts)}
+        notes = [f"{f.who} is under an injected fault, {self.label}: {f.text}" for f in self.notes
+                 if f.card is None or (f.node, f.card) not in mine]
+        if notes and "is under an injected fault" not in err.message:
+            err.message = f"{err.message} ({'; '.join(notes)})"
+            err.args = (f"[{err.code}] {err.message}",)
+
+
+FAULTS = Faults()
+
+
+class Injection:
+    """What :func:`inject` returns: the faults are in effect already; as a context manager, ``with`` ends them
+    (restoring what was in effect before)."""
+
+    def __init__(self, previous: tuple):
+        self.previous = previous
+
+    def __enter__(self) -> "Injection":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        spec, label, source = self.previous
+        with FAULTS._lock:
+            if source == "api":
+                FAULTS._install(parse(spec, label), spec, label, "api")
+            else:
+                FAULTS.reset()
+
+
+def inject(spec: str) -> Injection:
+    """Put the faults of ``spec`` in effect in this process now (counting from the next call), instead of
+    ``NPUSIM_FAULTS``; ``RANK`` and ``RESTART_COUNT`` of the environment apply as for ``NPUSIM_FAULTS``.
+    ``with rt.faults.inject("oom:card=0:malloc=2"): ...`` ends them on exit. Raises 100000 on a malformed spec."""
+    faults = parse(spec, "rt.faults.inject")
+    with FAULTS._lock:
+        previous = (FAULTS.spec, FAULTS.label, FAULTS.source)
+        FAULTS._install(faults, spec, "rt.faults.inject", "api")
+    return Injection(previous)
+
+
+def clear() -> None:
+    """End faults set with :func:`inject`; ``NPUSIM_FAULTS`` is read again at the next call."""
+    FAULTS.reset()
+
+
+def active() -> list[str]:
+    """The faults in effect for this process in this restart, as written."""
+    return FAULTS.active()
