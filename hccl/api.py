@@ -8,6 +8,8 @@ stream synchronize.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from rt import args
@@ -73,13 +75,8 @@ def _root(comm, root, call, name="root"):
 def _launch(comm, stream, op, params, buffers, call):
     st = _stream(comm, stream, call)
     seq = comm.next_seq()
-    dt = HcclDataType(params["dtype"]).name if "dtype" in params else "-"
-    desc = f"count={params.get('count', 0)}, dtype={dt}"
-    if "op" in params:
-        desc += f", op={reduce_op(params['op']).name}"
-    if params.get("root") is not None:
-        desc += f", root={params['root']}"
-    params = dict(params, fingerprint=f"{op}({desc})", algo=comm.options.get("algo", ""))
+    params = dict(params, fingerprint=_fingerprint(op, params.get("count", 0), params.get("dtype"), params.get("op"),
+                                                   params.get("root")), algo=comm.options.get("algo", ""))
     if RACE.on():
         _race(comm, st, seq, op, params, buffers)
     entry = RECORDER.collective(comm, op, params, seq, st) if RECORDER.enabled else None   # before: a rank
@@ -105,6 +102,18 @@ def _race(comm, st, seq, op, params, buffers) -> None:
     if op == "broadcast" and recv:
         reads.append(("dev", recv[0], recv[1]))
     RACE.collective(st, comm.id, seq, f"{op} #{seq} (comm {comm.id!r})", reads, writes)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fingerprint(op: str, count: int, dtype, rop, root) -> str:
+    """What every rank's call must agree on, as text (``all_reduce(count=1024, dtype=FP32, op=SUM)``); one per
+    call signature, computed once."""
+    desc = f"count={count}, dtype={HcclDataType(dtype).name if dtype is not None else '-'}"
+    if rop is not None:
+        desc += f", op={reduce_op(rop).name}"
+    if root is not None:
+        desc += f", root={root}"
+    return f"{op}({desc})"
 
 
 def _prep(comm, count, dtype, call):

@@ -101,8 +101,16 @@ _FROM_NP = {v: k for k, v in _TO_NP.items()}
 _FROM_NP[np.dtype(np.bool_)] = HcclDataType.UINT8      # torch_npu sends bool tensors as UINT8
 
 
+_NP_BY_CODE = {int(k): v for k, v in _TO_NP.items()}          # the hot path: a supported code as a plain int
+_TYPE_BY_CODE = {int(k): k for k in _TO_NP}
+
+
 def np_dtype(dtype) -> np.dtype:
     """Numpy dtype of an HcclDataType code, a numpy dtype or a name ('fp32', 'bf16', 'int8')."""
+    if type(dtype) is int:
+        dt = _NP_BY_CODE.get(dtype)
+        if dt is not None:
+            return dt
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
         code = int(dtype)
         if code not in HcclDataType._value2member_map_:
@@ -124,6 +132,10 @@ def np_dtype(dtype) -> np.dtype:
 
 def hccl_dtype(dtype) -> HcclDataType:
     """The HcclDataType of a numpy dtype, name or code (bool maps to UINT8 as in torch_npu)."""
+    if type(dtype) is int or isinstance(dtype, HcclDataType):
+        member = _TYPE_BY_CODE.get(int(dtype))
+        if member is not None:
+            return member
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
         np_dtype(dtype)  # validates the code
         return HcclDataType(int(dtype))
@@ -132,6 +144,8 @@ def hccl_dtype(dtype) -> HcclDataType:
 
 def reduce_op(op) -> HcclReduceOp:
     """Normalize an HcclReduceOp given as enum, int code or name ('sum', 'HCCL_REDUCE_MAX')."""
+    if type(op) is int and 0 <= op <= 3 or isinstance(op, HcclReduceOp) and op.value <= 3:
+        return _OPS[int(op)]
     if isinstance(op, str):
         name = op.upper().removeprefix("HCCL_REDUCE_")
         if name in HcclReduceOp.__members__ and name != "RESERVED":
@@ -142,6 +156,7 @@ def reduce_op(op) -> HcclReduceOp:
                     f"unknown HcclReduceOp {op!r} (expected SUM=0, PROD=1, MAX=2, MIN=3 or their names)")
 
 
+_OPS = {int(m): m for m in HcclReduceOp if m.name != "RESERVED"}
 _UFUNCS = {HcclReduceOp.SUM: np.add, HcclReduceOp.PROD: np.multiply,
            HcclReduceOp.MAX: np.maximum, HcclReduceOp.MIN: np.minimum}
 

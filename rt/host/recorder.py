@@ -91,11 +91,17 @@ class Recorder:
             self._internal = (*self._internal, torch_dir + os.sep)
 
     # -- recording (hot path: keep it lean) --------------------------------------------------------
-    def site(self):
+    def site(self, depth: int = 5):
         """The innermost frame outside npusim (and torch) — the user's call — and the user frame that called it
         (a helper's caller is usually the line a user looks for): ``(code, line, code, line)``, formatted only
-        when dumped (:func:`site_text`)."""
-        f = sys._getframe(3)
+        when dumped (:func:`site_text`). ``depth`` is where the user's frame is when the public function was
+        called directly (site, _entry, the recorder's method, the internal caller, the public function): going
+        there in one step materialises one frame object instead of every one on the way, which is most of the
+        recorder's cost per call; a deeper call (a wrapper, torch) is walked out from there."""
+        try:
+            f = sys._getframe(depth)
+        except ValueError:
+            f = sys._getframe(3)
         internal = self._internal
         while f is not None and f.f_code.co_filename.startswith(internal):
             f = f.f_back
@@ -139,14 +145,16 @@ class Recorder:
                 except NpuError:
                     pass
 
-    def record(self, kind: str, op: str, client, stream_id: int, task: int | None, **fields) -> dict | None:
-        """One entry; ``task`` is the stream task index the card's log will know it by (None: done here)."""
-        e = self._entry(kind, op, client, stream_id, task)
+    def record(self, kind: str, op: str, client, stream_id: int, task: int | None, depth: int = 5,
+               **fields) -> dict | None:
+        """One entry; ``task`` is the stream task index the card's log will know it by (None: done here);
+        ``depth``: see :meth:`site`."""
+        e = self._entry(kind, op, client, stream_id, task, depth)
         if e is not None and fields:
             e.update(fields)
         return e
 
-    def _entry(self, kind, op, client, stream_id, task) -> dict | None:
+    def _entry(self, kind, op, client, stream_id, task, depth: int = 5) -> dict | None:
         if not self.configured:
             self.configure()
         if not self.enabled:
@@ -155,7 +163,7 @@ class Recorder:
             self._client(client)
         self.last_id = n = next(self._ids)
         e = {"id": n, "kind": kind, "op": op, "client": client, "stream": stream_id, "task": task,
-             "site": self.site(), "t_enq": time.monotonic_ns()}
+             "site": self.site(depth), "t_enq": time.monotonic_ns()}
         self.entries.append(e)
         return e
 
@@ -180,7 +188,7 @@ class Recorder:
 
     def begin(self, op: str, client, stream_id: int, **fields) -> dict | None:
         """A blocking host call (a synchronize): ``end(entry)`` when it returns."""
-        return self.record("wait", op, client, stream_id, None, target=client.submitted(stream_id), **fields)
+        return self.record("wait", op, client, stream_id, None, depth=6, target=client.submitted(stream_id), **fields)
 
     @staticmethod
     def end(entry: dict | None, error: BaseException | None = None) -> None:

@@ -143,7 +143,7 @@ def stream_wait_event(stream, event) -> None:
     timeout = float(RUNTIME.cfg.exec_timeout) if RUNTIME.cfg else 1836.0
     task = st.ctx.client.submit(st.id, "wait_event", [ev.ctx.node, ev.ctx.physical], ev.id, ev.gen, timeout)
     if RECORDER.enabled:
-        RECORDER.record("event", "stream_wait_event", st.ctx.client, st.id, task, event=ev.id, gen=ev.gen,
+        RECORDER.record("event", "stream_wait_event", st.ctx.client, st.id, task, depth=4, event=ev.id, gen=ev.gen,
                         event_card=ev.ctx.name)
     if RACE.on():
         RACE.wait_event(st, ev)
@@ -185,7 +185,7 @@ def record_event(event: Event, stream=None) -> None:
     ev.gen += 1
     task = st.ctx.client.submit(st.id, "record", ev.id, ev.gen)
     if RECORDER.enabled:
-        RECORDER.record("event", "record_event", st.ctx.client, st.id, task, event=ev.id, gen=ev.gen)
+        RECORDER.record("event", "record_event", st.ctx.client, st.id, task, depth=4, event=ev.id, gen=ev.gen)
     if RACE.on():
         RACE.record_event(st, ev)
 

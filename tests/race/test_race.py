@@ -222,3 +222,47 @@ def test_no_false_positives_on_the_examples(example):
                          timeout=300, cwd=ROOT, env={**os.environ, "NPUSIM_RACE_CHECK": "raise"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert "RaceError" not in out.stderr
+
+
+@pytest.mark.timeout(180)
+def test_no_false_positives_on_eight_rank_training(npu_session, tmp_path):
+    """examples/train.py on 8 ranks (DDP buckets all-reduced on a comm stream behind events) with the detector
+    raising: any race would fail a rank at its next synchronize."""
+    from launcher.cli import run
+    from launcher.config import make_run_config
+    rc = make_run_config([str(ROOT / "examples" / "train.py"), "--epochs", "1", "--train-size", "2048", "--quiet"],
+                         nproc=8, timeout=150, log_dir=str(tmp_path / "logs"),
+                         env={**os.environ, "NPUSIM_RACE_CHECK": "raise"})
+    result = run(rc)
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("rank*.log")))
+    assert result.status == "succeeded", logs[-3000:]
+    assert "RaceError" not in logs and "RaceWarning" not in logs
+
+
+RACY_RANK = """
+import numpy as np, hccl, rt
+comm = hccl.init()
+g = rt.Tensor.from_numpy(np.ones(256, np.float32))
+out = rt.empty((256,), np.float32)
+compute, comm_stream = rt.create_stream(), rt.create_stream()
+rt.launch_kernel("Relu", [g], [out], stream=compute)
+hccl.all_reduce(out.ptr, out.ptr, 256, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm, comm_stream)
+rt.synchronize_stream(comm_stream)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_launch_race_check_raise_fails_a_racy_rank_at_its_synchronize(npu_session, tmp_path):
+    """The same path as above is not vacuous: a rank whose all_reduce skips the event fails with RaceError."""
+    from launcher.cli import run
+    from launcher.config import make_run_config
+    prog = tmp_path / "racy.py"
+    prog.write_text(RACY_RANK)
+    rc = make_run_config([str(prog)], nproc=2, timeout=90, log_dir=str(tmp_path / "logs"),
+                         env={**os.environ, "NPUSIM_RACE_CHECK": "raise"})
+    result = run(rc)
+    assert result.status == "failed"
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("rank*.log")))
+    assert "rt.host.racecheck.RaceError: [500001]" in logs or "RaceError" in logs
+    assert "synchronize_stream: the race detector (NPUSIM_RACE_CHECK=raise) found 1 race(s)" in logs
+    assert "kernel Relu" in logs and "racy.py:7" in logs and "all_reduce #1" in logs and "racy.py:8" in logs
