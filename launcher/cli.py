@@ -124,6 +124,7 @@ from rt.host import reaper
 
 from .agent import RankSpec
 from .local_backend import LocalBackend
+from . import jobtrace
 from .config import DEFAULT_GRACE, RunConfig, free_port, make_run_config, rank_env
 from .output import OutputRouter, describe_exit, failure_box, plain_box
 
@@ -252,9 +253,9 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
         job_id = backend.new_job_id()
         table = ranktable.write(rc.rank_table or f"{tmp}/rank_table.json",
                                 ranktable.build(rc.nnodes, rc.nproc, device_ids=rc.devices))
-        seen = _trace_env(rc, tmp)
+        seen = jobtrace.rank_env(rc, tmp)
         for attempt in range(rc.max_restarts + 1):
-            _clear_dumps(seen)
+            jobtrace.clear(seen)
             status, failures, running = _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop,
                                                      seen)
             for f in failures:
@@ -267,11 +268,11 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
             signum = signums[0] if signums else None
             result = JobResult(status, job_id, attempt, failures, running, signum)
             if status != "succeeded":
-                result.diagnosis = _diagnose(seen["NPUSIM_TRACE_DUMP_DIR"], rc.world_size)
+                result.diagnosis = jobtrace.diagnose(seen["NPUSIM_TRACE_DUMP_DIR"], rc.world_size)
                 result.trace_dir = seen["NPUSIM_TRACE_DUMP_DIR"] if not seen["NPUSIM_TRACE_DUMP_DIR"].startswith(tmp) \
                     else None
             if rc.profile:
-                _write_profile(rc, seen["NPUSIM_PROFILE_DIR"], router)
+                jobtrace.write_profile(rc, seen["NPUSIM_PROFILE_DIR"], router)
             return result
         raise AssertionError("unreachable: the last attempt always returns")
     finally:
@@ -285,49 +286,6 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
                 router.close()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-
-
-def _trace_env(rc: RunConfig, tmp: str) -> dict:
-    """Where ranks dump their flight recorders (and profiles): the user's NPUSIM_TRACE_DUMP_DIR, else --log-dir,
-    else a directory of the job's own (read for the failure box, then removed)."""
-    env = {"NPUSIM_TRACE_DUMP_DIR": rc.env.get("NPUSIM_TRACE_DUMP_DIR") or rc.log_dir or os.path.join(tmp, "trace")}
-    if rc.profile:
-        env["NPUSIM_PROFILE_DIR"] = os.path.join(tmp, "profile")
-    return env
-
-
-def _clear_dumps(env: dict) -> None:
-    """Dumps of an earlier job or attempt must not be read as this one's."""
-    import glob
-    for key, pattern in (("NPUSIM_TRACE_DUMP_DIR", "trace_rank*.json"), ("NPUSIM_PROFILE_DIR", "profile_rank*.json")):
-        if key in env:
-            for path in glob.glob(os.path.join(env[key], pattern)):
-                try:
-                    os.unlink(path)
-                except OSError:
-                    pass
-
-
-def _diagnose(directory: str, world: int) -> list[str] | None:
-    import glob
-    if not glob.glob(os.path.join(directory, "trace_rank*.json")):
-        return None
-    try:
-        from hccl import trace
-        return trace.diagnose(directory, world)
-    except Exception as e:  # noqa: BLE001 - the box is printed with or without a diagnosis
-        return [f"(the flight-recorder analyzer failed: {type(e).__name__}: {e})"]
-
-
-def _write_profile(rc: RunConfig, directory: str, router) -> None:
-    from . import profile
-    try:
-        n = profile.write(directory, rc.profile)
-    except Exception as e:  # noqa: BLE001 - a broken profile must not hide the job's own result
-        router.note(f"--profile: could not write {rc.profile}: {type(e).__name__}: {e}")
-        return
-    router.note(f"timeline of {n} rank(s) written to {rc.profile} (open it in https://ui.perfetto.dev or "
-                f"chrome://tracing)")
 
 
 def _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop, trace_env=None):
@@ -408,13 +366,6 @@ def _install_handlers(stop: threading.Event, signums: list):
     return {s: signal.signal(s, handler) for s in HANDLED_SIGNALS}
 
 
-def _diagnosis_lines(result: JobResult) -> list[str] | None:
-    if not result.diagnosis:
-        return None
-    where = f"python -m hccl.trace {result.trace_dir}" if result.trace_dir else "kept with --log-dir DIR"
-    return [f"Diagnosis (flight recorder; {where}):", *[f"  {line}" for line in result.diagnosis]]
-
-
 def report(rc: RunConfig, result: JobResult, router_summary) -> int:
     """Print the end-of-job summary and return launch's exit status."""
     if result.status == "succeeded":
@@ -422,13 +373,13 @@ def report(rc: RunConfig, result: JobResult, router_summary) -> int:
     if result.status == "failed":
         note = f"after {result.restarts} restart(s) (--max-restarts {rc.max_restarts})" if result.restarts else None
         router_summary(failure_box(rc.name, result.failures, note=note,
-                                   diagnosis=_diagnosis_lines(result)))
+                                   diagnosis=jobtrace.box_lines(result)))
         return EXIT_FAILED
     ranks = ", ".join(map(str, result.running)) or "none"
     if result.status == "timeout":
         router_summary(plain_box(rc.name, "TIMED OUT", [
             f"job exceeded --timeout {rc.timeout:g} s; ranks still running were stopped: {ranks}",
-            *(_diagnosis_lines(result) or [])]))
+            *(jobtrace.box_lines(result) or [])]))
         return EXIT_TIMEOUT
     name = signal.Signals(result.signum).name if result.signum else "a signal"
     router_summary(plain_box(rc.name, "INTERRUPTED", [

@@ -33,6 +33,8 @@ import sys
 import sysconfig
 import threading
 
+from . import callsite
+
 DEBUG, INFO, WARNING, ERROR, NULL = 0, 1, 2, 3, 4
 LEVEL_NAMES = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_LEVEL = ERROR
@@ -182,7 +184,7 @@ _HCCL_DIR = os.path.join(_ROOT, "hccl", "")
 
 def _package_dirs() -> tuple[str, ...]:
     """Where npusim's own code lives (its packages), and the interpreter's: not a program's call site."""
-    dirs = [os.path.join(_ROOT, p, "") for p in ("rt", "hccl", "acl", "torch_npu", "launcher")]
+    dirs = [*callsite.PACKAGE_DIRS, os.path.join(_ROOT, "launcher", "")]
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         path = sysconfig.get_paths().get(key)
         if path:
@@ -214,14 +216,9 @@ def _site(depth: int, user: bool) -> str:
     except ValueError:
         return "?:0"
     if user:
-        g = f
-        while g is not None:
-            name = g.f_code.co_filename
-            if not name.startswith(_SKIP) and not name.startswith("<frozen"):
-                f = g
-                break
-            g = g.f_back
-    return f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+        g = callsite.outside(f, _SKIP + ("<frozen",))
+        f = g if g is not None else f
+    return callsite.text(f.f_code, f.f_lineno)
 
 
 # ---------------------------------------------------------------- writing

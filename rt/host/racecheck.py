@@ -36,6 +36,7 @@ import sys
 import threading
 import warnings
 
+from .. import callsite
 from ..constants import AclErrorCode as E
 from ..errors import AclError
 
@@ -302,22 +303,14 @@ class Detector:
             raise RaceError(head + races[0] + (f" (and {len(races) - 1} more)" if len(races) > 1 else ""), races)
 
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_INTERNAL = tuple(os.path.join(_ROOT, d) + os.sep for d in ("rt", "hccl", "acl", "torch_npu"))
-
-
 def _site():
     """The innermost frame outside npusim, as (code, line): formatted only in a report (:func:`_site_text`)."""
-    f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename.startswith(_INTERNAL):
-        f = f.f_back
+    f = callsite.outside(sys._getframe(1))
     return None if f is None else (f.f_code, f.f_lineno)
 
 
 def _site_text(site) -> str:
-    if not isinstance(site, tuple):
-        return str(site)
-    return f"{os.path.basename(site[0].co_filename)}:{site[1]}"
+    return callsite.text(*site) if isinstance(site, tuple) else str(site)
 
 
 def _where(where) -> str:

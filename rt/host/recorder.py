@@ -34,6 +34,7 @@ import threading
 import time
 import traceback
 
+from .. import callsite
 from ..errors import HcclError, NpuError
 from ..wire import client as wire_client
 
@@ -42,9 +43,9 @@ PROFILE_SIZE = 1 << 20          # entries kept (host ring and each card stream's
 CARD_QUERY_TIMEOUT = 2.0        # seconds a dump waits for a card's task log
 FORMAT = 1
 
-# Frames in these directories are npusim's own (or torch's): the call site is the first frame outside them.
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_INTERNAL = tuple(os.path.join(_ROOT, d) + os.sep for d in ("rt", "hccl", "acl", "torch_npu"))
+# Frames in these directories are npusim's own (torch's is added once torch is imported): the call site is the
+# first frame outside them (rt/callsite.py).
+_INTERNAL = callsite.PACKAGE_DIRS
 
 
 _STDLIB = os.path.dirname(os.__file__) + os.sep
@@ -103,8 +104,7 @@ class Recorder:
         except ValueError:
             f = sys._getframe(3)
         internal = self._internal
-        while f is not None and f.f_code.co_filename.startswith(internal):
-            f = f.f_back
+        f = callsite.outside(f, internal)
         if f is None:
             return None
         up = f.f_back
