@@ -11,7 +11,16 @@ from .constants import AclErrorCode
 from .errors import AclError
 from .files import FileRefused, read_regular_file
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+def _config_dir() -> Path:
+    """The shipped configs: ``rt/configs`` in an installed package (the wheel maps the project's top-level
+    ``configs/`` there), else ``configs/`` beside the packages (a source checkout or an editable install)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "configs"
+    return packaged if packaged.is_dir() else here.parent / "configs"
+
+
+CONFIG_DIR = _config_dir()
 TOPOLOGIES = ("fullmesh", "2x4")
 MAX_CONFIG_BYTES = 1 << 20
 

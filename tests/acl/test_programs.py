@@ -53,7 +53,9 @@ def test_synchronous_dynamic_batch_inference(models):
 
 def test_asynchronous_inference_with_the_report_thread_on_ray(models, tmp_path):
     """The default backend (the embedded Ray session), as `python prog.py` runs it for a user."""
-    done = run("infer_async.py", models / "resnet50.om", models / "resnet50.npz", backend=None, cwd=tmp_path)
+    # one visible card: the program uses card 0, and every card it could see would boot as a Ray worker (~1 s CPU)
+    done = run("infer_async.py", models / "resnet50.om", models / "resnet50.npz", backend=None, cwd=tmp_path,
+               extra_env={"ASCEND_RT_VISIBLE_DEVICES": "0"})
     assert "6 images classified asynchronously" in done.stdout
     assert "Traceback" not in done.stderr, done.stderr
 

@@ -215,11 +215,13 @@ def test_a_bad_setting_is_refused():
     assert out.returncode == 1 and "NPUSIM_RACE_CHECK='yes please'" in out.stderr and "100000" in out.stderr
 
 
-@pytest.mark.parametrize("example", ["scenarios.py --backend local", "mdl_infer.py", "infer_sharded.py"])
+@pytest.mark.parametrize("example", ["scenarios.py", "mdl_infer.py", "infer_sharded.py"])
 def test_no_false_positives_on_the_examples(example):
-    script, *argv = example.split()
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / script), *argv], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT, env={**os.environ, "NPUSIM_RACE_CHECK": "raise"})
+    # In-process cards: the detector runs on the host and orders by vector clocks, not by timing, so what it
+    # sees does not depend on where the cards run (and no Ray session has to start for each example).
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / example)], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, env={**os.environ, "NPUSIM_RACE_CHECK": "raise",
+                                                     "NPUSIM_BACKEND": "local"})
     assert out.returncode == 0, out.stderr[-3000:]
     assert "RaceError" not in out.stderr
 

@@ -10,8 +10,10 @@ import queue
 import signal
 import subprocess
 import sys
+import importlib.util
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +24,18 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(90, method="signal")]
 
 MiB = 1 << 20
 H2D, D2H = 1, 2
+
+
+def sibling(name: str):
+    """The test module ``name`` beside this one, under the name pytest gives it (``--import-mode=importlib``
+    puts no test directory on sys.path, so a plain ``import test_streams`` would not find it)."""
+    full = f"tests.rt.{name}"
+    if full not in sys.modules:
+        spec = importlib.util.spec_from_file_location(full, Path(__file__).with_name(f"{name}.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[full] = module
+        spec.loader.exec_module(module)
+    return sys.modules[full]
 
 # A second OS process on the same card: joins the session (RAY_ADDRESS) and the job (NPUSIM_JOB),
 # allocates, reports what it sees, then waits for a command on stdin.
@@ -88,7 +102,7 @@ def poll_free(rt, want: int, timeout: float = 30.0) -> int:
 def test_round_trip_4mib_through_the_card_actor(ray_rt):
     rt = ray_rt
     rt.set_device(0)
-    assert rt.get_device_count() == 8
+    assert rt.get_device_count() == 2                 # ray_rt: ASCEND_RT_VISIBLE_DEVICES=0,1 of the node's 8
     data = np.random.default_rng(0).integers(0, 256, 4 * MiB, dtype=np.uint8)
     ptr = rt.malloc(data.nbytes)
     rt.memcpy(ptr, data.nbytes, data, data.nbytes, H2D)
@@ -150,7 +164,7 @@ def test_killed_process_allocations_are_reclaimed(ray_rt, ray_session):
 
 @pytest.mark.parametrize("threads", [3])
 def test_order_under_load_through_the_socket_channel(ray_rt, threads):
-    from test_streams import run_chain               # the numpy-replayed random op chain
+    run_chain = sibling("test_streams").run_chain    # the numpy-replayed random op chain
     rt = ray_rt
     rt.set_device(0)
     run_chain(rt.create_stream(), seed=100, steps=400)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -21,18 +20,21 @@ LINE = re.compile(r"^\[(DEBUG|INFO|WARNING|ERROR)\] ([A-Z]+)\((\d+),([^)]*)\):"
 TIMEOUT = 90
 
 
-def run(tmp_path, body: str, **env) -> subprocess.CompletedProcess:
-    """Run ``body`` (dedented) as a program in ``tmp_path`` with a clean CANN log environment plus ``env``."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_", "HCCL_"))}
-    full.pop("NPUSIM_BACKEND", None)
-    full.setdefault("ASCEND_PROCESS_LOG_PATH", str(tmp_path / "log"))
-    full.update({k: str(v) for k, v in env.items()})
-    script = tmp_path / "prog.py"
-    script.write_text(textwrap.dedent(body))
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=full, capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
-    assert proc.returncode == 0, f"program failed:\n{proc.stdout}\n{proc.stderr}"
-    return proc
+@pytest.fixture
+def run(tmp_path, run_python):
+    """``run(body, **env)``: run ``body`` (dedented) as a program in ``tmp_path`` with a clean CANN log environment
+    plus ``env`` — a fresh process (forked from the pre-imported server: conftest's ``run_python``)."""
+    def run(body: str, **env) -> subprocess.CompletedProcess:
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("ASCEND_", "HCCL_"))}
+        full.pop("NPUSIM_BACKEND", None)
+        full.setdefault("ASCEND_PROCESS_LOG_PATH", str(tmp_path / "log"))
+        full.update({k: str(v) for k, v in env.items()})
+        script = tmp_path / "prog.py"
+        script.write_text(textwrap.dedent(body))
+        proc = run_python([script], full, tmp_path, TIMEOUT)
+        assert proc.returncode == 0, f"program failed:\n{proc.stdout}\n{proc.stderr}"
+        return proc
+    return run
 
 
 def plogs(tmp_path) -> list:
@@ -63,17 +65,17 @@ EVERY_LEVEL = """
 @pytest.mark.parametrize("level, expected", [
     (None, ["ERROR"]), ("3", ["ERROR"]), ("2", ["WARNING", "ERROR"]), ("1", ["INFO", "WARNING", "ERROR"]),
     ("0", ["DEBUG", "INFO", "WARNING", "ERROR"]), ("junk", ["ERROR"]), ("7", ["ERROR"])])
-def test_levels_filter_as_canns_do(tmp_path, level, expected):
+def test_levels_filter_as_canns_do(run, tmp_path, level, expected):
     env = {} if level is None else {"ASCEND_GLOBAL_LOG_LEVEL": level}
-    run(tmp_path, EVERY_LEVEL, **env)
+    run(EVERY_LEVEL, **env)
     got = lines(tmp_path)
     assert [m[1] for m in got] == expected
     assert all(m[2] == "RUNTIME" and m[9].endswith(f"line {('DEBUG', 'INFO', 'WARNING', 'ERROR').index(m[1])}")
                for m in got)
 
 
-def test_level_4_logs_nothing_and_creates_nothing(tmp_path):
-    run(tmp_path, EVERY_LEVEL + """
+def test_level_4_logs_nothing_and_creates_nothing(run, tmp_path):
+    run(EVERY_LEVEL + """
     import rt
     rt.init("small", backend="local")
     rt.set_device(0)
@@ -85,7 +87,7 @@ def test_level_4_logs_nothing_and_creates_nothing(tmp_path):
     assert not (tmp_path / "log").exists()
 
 
-def test_module_level_overrides_the_global_one(tmp_path):
+def test_module_level_overrides_the_global_one(run, tmp_path):
     body = """
     from rt import slog
     slog.info(slog.HCCL, "hccl info")
@@ -93,12 +95,12 @@ def test_module_level_overrides_the_global_one(tmp_path):
     slog.error(slog.RUNTIME, "runtime error")
     slog.error(slog.GE, "ge error")
     """
-    run(tmp_path, body, ASCEND_GLOBAL_LOG_LEVEL="3", ASCEND_MODULE_LOG_LEVEL="HCCL=1:GE=4")
+    run(body, ASCEND_GLOBAL_LOG_LEVEL="3", ASCEND_MODULE_LOG_LEVEL="HCCL=1:GE=4")
     assert [(m[2], m[9]) for m in lines(tmp_path)] == [("HCCL", "hccl info"), ("RUNTIME", "runtime error")]
 
 
-def test_a_malformed_module_level_is_ignored_as_a_whole(tmp_path):
-    run(tmp_path, """
+def test_a_malformed_module_level_is_ignored_as_a_whole(run, tmp_path):
+    run("""
     from rt import slog
     slog.info(slog.HCCL, "hccl info")
     slog.error(slog.HCCL, "hccl error")
@@ -106,8 +108,8 @@ def test_a_malformed_module_level_is_ignored_as_a_whole(tmp_path):
     assert [m[9] for m in lines(tmp_path)] == ["hccl error"]
 
 
-def test_a_filtered_line_is_never_formatted(tmp_path):
-    proc = run(tmp_path, """
+def test_a_filtered_line_is_never_formatted(run, tmp_path):
+    proc = run("""
     from rt import slog
     class Costly:
         n = 0
@@ -123,8 +125,8 @@ def test_a_filtered_line_is_never_formatted(tmp_path):
 
 
 # ---------------------------------------------------------------- files
-def test_plog_file_name_and_line_format(tmp_path):
-    proc = run(tmp_path, """
+def test_plog_file_name_and_line_format(run, tmp_path):
+    proc = run("""
     import os, threading
     from rt import slog
     slog.error(slog.HCCL, "first\\nsecond line")
@@ -142,8 +144,8 @@ def test_plog_file_name_and_line_format(tmp_path):
         assert m[4] and (m[6], m[7]) == ("prog.py", "4")               # the program's own line
 
 
-def test_a_process_that_logs_nothing_creates_no_file(tmp_path):
-    run(tmp_path, """
+def test_a_process_that_logs_nothing_creates_no_file(run, tmp_path):
+    run("""
     import rt
     rt.init("small", backend="local")
     rt.set_device(0)
@@ -154,24 +156,24 @@ def test_a_process_that_logs_nothing_creates_no_file(tmp_path):
     assert not (tmp_path / "log").exists()
 
 
-def test_default_log_root_is_home_ascend_log(tmp_path):
+def test_default_log_root_is_home_ascend_log(run, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    run(tmp_path, EVERY_LEVEL, HOME=str(home), ASCEND_PROCESS_LOG_PATH="")
+    run(EVERY_LEVEL, HOME=str(home), ASCEND_PROCESS_LOG_PATH="")
     files = list((home / "ascend" / "log" / "debug" / "plog").iterdir())
     assert len(files) == 1 and PLOG_NAME.match(files[0].name)
 
 
-def test_print_to_stdout_instead_of_the_file(tmp_path):
-    proc = run(tmp_path, EVERY_LEVEL, ASCEND_SLOG_PRINT_TO_STDOUT="1", ASCEND_GLOBAL_LOG_LEVEL="1")
+def test_print_to_stdout_instead_of_the_file(run, tmp_path):
+    proc = run(EVERY_LEVEL, ASCEND_SLOG_PRINT_TO_STDOUT="1", ASCEND_GLOBAL_LOG_LEVEL="1")
     out = proc.stdout.splitlines()
     assert [LINE.match(x)[1] for x in out] == ["INFO", "WARNING", "ERROR"]
     assert not (tmp_path / "log").exists()
 
 
-def test_an_unwritable_log_root_warns_once_and_never_raises(tmp_path):
+def test_an_unwritable_log_root_warns_once_and_never_raises(run, tmp_path):
     (tmp_path / "file").write_text("")
-    proc = run(tmp_path, EVERY_LEVEL * 3 + """
+    proc = run(EVERY_LEVEL * 3 + """
     import rt
     rt.init("small", backend="local")
     rt.set_device(0)
@@ -184,8 +186,8 @@ def test_an_unwritable_log_root_warns_once_and_never_raises(tmp_path):
     assert proc.stderr.count("cannot write the log file") == 1
 
 
-def test_a_forked_child_writes_its_own_file(tmp_path):
-    run(tmp_path, """
+def test_a_forked_child_writes_its_own_file(run, tmp_path):
+    run("""
     import os
     from rt import slog
     slog.error(slog.RUNTIME, "parent before")
@@ -202,8 +204,8 @@ def test_a_forked_child_writes_its_own_file(tmp_path):
     assert sorted(by_pid.values()) == [["child"], ["parent before", "parent after"]]
 
 
-def test_files_rotate_and_only_the_newest_are_kept(tmp_path):
-    run(tmp_path, """
+def test_files_rotate_and_only_the_newest_are_kept(run, tmp_path):
+    run("""
     from rt import slog
     slog.FILE_BYTES = 2000
     for i in range(200):
@@ -215,8 +217,8 @@ def test_files_rotate_and_only_the_newest_are_kept(tmp_path):
     assert lines(tmp_path)[-1][9].startswith("line 199 ")
 
 
-def test_threads_log_whole_lines(tmp_path):
-    run(tmp_path, """
+def test_threads_log_whole_lines(run, tmp_path):
+    run("""
     import threading
     from rt import slog
     def body(t):
@@ -231,8 +233,8 @@ def test_threads_log_whole_lines(tmp_path):
 
 
 # ---------------------------------------------------------------- what npusim logs
-def test_out_of_memory_is_logged_with_el0004_and_the_requested_bytes(tmp_path):
-    proc = run(tmp_path, """
+def test_out_of_memory_is_logged_with_el0004_and_the_requested_bytes(run, tmp_path):
+    proc = run("""
     import rt
     rt.init("small", backend="local")
     rt.set_device(0)
@@ -251,8 +253,8 @@ def test_out_of_memory_is_logged_with_el0004_and_the_requested_bytes(tmp_path):
     assert (errors[0][2], errors[0][6], errors[0][7], errors[0][9]) == ("RUNTIME", "prog.py", "7", message)
 
 
-def test_a_host_side_oom_carries_el0004_too(tmp_path):
-    run(tmp_path, """
+def test_a_host_side_oom_carries_el0004_too(run, tmp_path):
+    run("""
     import rt
     rt.init("small", backend="local")
     rt.set_device(0)
@@ -267,8 +269,8 @@ def test_a_host_side_oom_carries_el0004_too(tmp_path):
     """)
 
 
-def test_a_failed_hccl_call_is_logged_with_the_hccl_tag(tmp_path):
-    run(tmp_path, """
+def test_a_failed_hccl_call_is_logged_with_the_hccl_tag(run, tmp_path):
+    run("""
     import rt, hccl
     rt.init("small", backend="local")
     rt.set_device(0)
@@ -304,20 +306,20 @@ COLLECTIVE_MISMATCH = """
 """
 
 
-def test_a_failed_collective_is_logged_at_its_synchronize(tmp_path):
-    run(tmp_path, COLLECTIVE_MISMATCH)
+def test_a_failed_collective_is_logged_at_its_synchronize(run, tmp_path):
+    run(COLLECTIVE_MISMATCH)
     errors = [m for m in lines(tmp_path) if m[1] == "ERROR"]
     assert len(errors) == 2 and all("ranks called different collectives" in m[9] for m in errors)
     assert {m.group(6, 7) for m in errors} == {("prog.py", "13")}
 
 
-def test_a_failed_collective_is_tagged_hccl(tmp_path):
-    run(tmp_path, COLLECTIVE_MISMATCH)
+def test_a_failed_collective_is_tagged_hccl(run, tmp_path):
+    run(COLLECTIVE_MISMATCH)
     assert [m[2] for m in lines(tmp_path) if m[1] == "ERROR"] == ["HCCL", "HCCL"]
 
 
-def test_info_lines_of_devices_contexts_and_communicators(tmp_path):
-    run(tmp_path, """
+def test_info_lines_of_devices_contexts_and_communicators(run, tmp_path):
+    run("""
     import rt, hccl
     rt.init("small", backend="local")
     comms = hccl.comm_init_all([0, 1])
@@ -339,8 +341,8 @@ def test_info_lines_of_devices_contexts_and_communicators(tmp_path):
     assert {a for a, _ in got} == {"RUNTIME", "HCCL"}
 
 
-def test_large_mallocs_and_frees_at_debug(tmp_path):
-    run(tmp_path, """
+def test_large_mallocs_and_frees_at_debug(run, tmp_path):
+    run("""
     import rt
     rt.init("small", backend="local")
     rt.set_device(0)
@@ -352,8 +354,8 @@ def test_large_mallocs_and_frees_at_debug(tmp_path):
     assert debug[0].startswith("malloc: 1048576 bytes at 0x") and debug[1].startswith("free: 1048576 bytes at 0x")
 
 
-def test_a_failed_acl_call_is_logged_by_ascendcl_with_its_ret(tmp_path):
-    run(tmp_path, """
+def test_a_failed_acl_call_is_logged_by_ascendcl_with_its_ret(run, tmp_path):
+    run("""
     import acl
     acl.init()
     acl.rt.set_device(0)

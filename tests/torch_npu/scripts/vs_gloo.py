@@ -1,6 +1,6 @@
 """Every c10d collective through the "hccl" backend against torch's gloo backend on the same inputs.
 
-    launch --nproc 3 tests/torch/scripts/vs_gloo.py
+    launch --nproc 3 tests/torch_npu/scripts/vs_gloo.py
 
 Each case runs twice on every rank — once on the default ("hccl") group, once on a gloo group over the same
 ranks — with identical inputs, and the outputs must agree: exactly for integers and for data movement,
