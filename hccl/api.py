@@ -68,7 +68,7 @@ def _buf(comm: Communicator, ptr, nbytes: int, itemsize: int, call: str, name: s
 
 def _root(comm, root, call, name="root"):
     if isinstance(root, bool) or not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {name} {root!r} is outside [0, {comm.size})")
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {name} {args.shown(root)} is outside [0, {comm.size})")
     return int(root)
 
 
@@ -192,7 +192,7 @@ def all_to_all(send, send_count, send_type, recv, recv_count, recv_type, comm, s
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: send ({count} × {HcclDataType(code).name}) and recv "
                                                 f"({rcount} × {hccl_dtype(recv_type).name}) blocks must match")
     n = count * isz * comm.size
-    _no_overlap(send, recv, n, call)
+    _no_overlap(send, n, recv, n, call)
     _launch(comm, stream, call, {"count": count, "dtype": code},
             {"send": _buf(comm, send, n, isz, call, "send"), "recv": _buf(comm, recv, n, isz, call, "recv")}, call)
 
@@ -212,16 +212,16 @@ def all_to_all_v(send, send_counts, sdispls, send_type, recv, recv_counts, rdisp
         tables[name] = args.int_list(v, call, name, length=comm.size, hi=MAX_COUNT, error=args.hccl_para)
     send_n = max([d + c for d, c in zip(tables["sdispls"], tables["send_counts"])] + [0])
     recv_n = max([d + c for d, c in zip(tables["rdispls"], tables["recv_counts"])] + [0])
-    if send_n and recv_n:
-        _no_overlap(send, recv, max(send_n, recv_n) * isz, call)
+    _no_overlap(send, send_n * isz, recv, recv_n * isz, call)
     _launch(comm, stream, call, {"count": 0, "dtype": code, **tables},
             {"send": _buf(comm, send, send_n * isz, isz, call, "send"),
              "recv": _buf(comm, recv, recv_n * isz, isz, call, "recv")}, call)
 
 
-def _no_overlap(send, recv, nbytes, call) -> None:
-    """all_to_all reads peers' send blocks while writing recv: the two must not share memory."""
-    if args.is_int(send) and args.is_int(recv) and nbytes and send < recv + nbytes and recv < send + nbytes:
+def _no_overlap(send, send_bytes, recv, recv_bytes, call) -> None:
+    """all_to_all reads peers' send blocks while writing recv: the two ranges must not share memory."""
+    if args.is_int(send) and args.is_int(recv) and send_bytes and recv_bytes and \
+            send < recv + recv_bytes and recv < send + send_bytes:
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: send {send:#x} and recv {recv:#x} overlap; in-place "
                                                 f"{call} is not supported (use separate buffers)")
 
@@ -278,6 +278,7 @@ def batch_send_recv(items, comm, stream=None) -> None:
                                                     f"(type, buf, count, dtype, remote_rank) tuple or dict")
         kind, buf, count, dtype, remote = it
         if not args.is_int(kind) or kind not in (HCCL_SEND, HCCL_RECV):
-            raise HcclError(HcclResult.HCCL_E_PARA, f"batch_send_recv: item type {kind!r} is not HCCL_SEND/HCCL_RECV")
+            raise HcclError(HcclResult.HCCL_E_PARA, f"batch_send_recv: item type {args.shown(kind)} is not "
+                                                    f"HCCL_SEND/HCCL_RECV")
         conv.append(("send" if kind == HCCL_SEND else "recv", buf, count, dtype, remote))
     _p2p(comm, conv, stream, "batch_send_recv")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 import uuid
 
 import rt
 from rt import args, slog
+from rt.config import CONNECT_TIMEOUT_RANGE, EXEC_TIMEOUT_MAX
 from rt.errors import HcclError
 from rt.host.runtime import RUNTIME
 from rt.wire import extensions
@@ -96,23 +98,26 @@ class Communicator(TensorCollectives):
         return f"Communicator({self.id!r}, rank {self.rank}/{self.size} on {self.ctx.name})"
 
 
-def _env_float(name: str, default: float) -> float:
+_DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
+
+
+def _env_seconds(name: str, default: float, lo: float, hi: float) -> float:
+    """A timeout variable: plain decimal seconds in [lo, hi] (CANN's range). float() would also take 'nan',
+    'inf', '1_0' and non-ASCII digits: nan never times out, inf overflows every wait."""
     text = os.environ.get(name)
-    if text is None or text == "":
+    if text is None or text.strip() == "":
         return float(default)
-    try:
-        value = float(text)
-    except ValueError:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{name}={text!r} is not a number of seconds") from None
-    if value < 0:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{name}={text!r} must be >= 0")
+    value = float(text) if _DECIMAL.fullmatch(text.strip()) else None
+    if value is None or not lo <= value <= hi:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{name}={args.shown(text)}: expected a number of seconds in "
+                                                f"[{lo}, {hi}]")
     return value
 
 
 def options_from_env() -> dict:
     """HCCL settings from this process's environment (they travel with every init request)."""
     cfg = RUNTIME.cfg
-    exec_timeout = _env_float("HCCL_EXEC_TIMEOUT", cfg.exec_timeout if cfg else 1836)
+    exec_timeout = _env_seconds("HCCL_EXEC_TIMEOUT", cfg.exec_timeout if cfg else 1836, 0, EXEC_TIMEOUT_MAX)
     algo = os.environ.get("HCCL_ALGO", "")
     if algo:
         parse_hccl_algo(algo)        # raises HCCL_E_PARA naming the bad part
@@ -120,7 +125,8 @@ def options_from_env() -> dict:
     if det not in ("true", "false", "strict", "1", "0"):
         raise HcclError(HcclResult.HCCL_E_PARA, f"HCCL_DETERMINISTIC={det!r} (expected true, false or strict)")
     return {"exec_timeout": exec_timeout or 1e9,          # 0 means "never" in CANN's host modes
-            "connect_timeout": _env_float("HCCL_CONNECT_TIMEOUT", cfg.connect_timeout if cfg else 120),
+            "connect_timeout": _env_seconds("HCCL_CONNECT_TIMEOUT", cfg.connect_timeout if cfg else 120,
+                                            *CONNECT_TIMEOUT_RANGE),
             "algo": algo, "deterministic": det in ("true", "strict", "1")}
 
 
@@ -131,9 +137,9 @@ def get_root_info() -> RootInfo:
 
 def _check_rank(nranks, rank, call):
     if isinstance(nranks, bool) or not isinstance(nranks, int) or not 1 <= nranks <= MAX_RANKS:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: nranks must be an int >= 1, got {nranks!r}")
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: nranks must be an int >= 1, got {args.shown(nranks)}")
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < nranks:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: rank {rank!r} is outside [0, {nranks})")
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: rank {args.shown(rank)} is outside [0, {nranks})")
 
 
 def _init(ctx, comm_id: str, nranks: int, rank: int, call: str, config: dict | None = None) -> Communicator:
@@ -154,7 +160,8 @@ def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communic
     if isinstance(root_info, (bytes, bytearray)):
         root_info = RootInfo.from_bytes(root_info)
     if not isinstance(root_info, RootInfo):
-        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_root_info: root_info {root_info!r} is not a RootInfo")
+        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_root_info: root_info {args.shown(root_info)} is not "
+                                                f"a RootInfo")
     ctx = RUNTIME.require_current("comm_init_root_info")
     return _init(ctx, root_info.id, nranks, rank, "comm_init_root_info")
 
@@ -168,21 +175,19 @@ def comm_init_root_info_config(nranks: int, root_info: RootInfo, rank: int, conf
     environment's: ``{"exec_timeout": s, "deterministic": bool}`` (HcclCommConfig's fields, snake_case)."""
     call = "comm_init_root_info_config"
     if not isinstance(config, dict) or set(config) - set(CONFIG_KEYS):
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: config {config!r} must be a dict with keys from "
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: config {args.shown(config)} must be a dict with keys from "
                                                 f"{sorted(CONFIG_KEYS)}")
     cfg = {}
     if "exec_timeout" in config:
-        t = config["exec_timeout"]
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not t >= 0:
-            raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: exec_timeout {t!r} must be a number of seconds >= 0")
-        cfg["exec_timeout"] = float(t) or 1e9
+        t = args.number(config["exec_timeout"], call, "exec_timeout", hi=EXEC_TIMEOUT_MAX, error=args.hccl_para)
+        cfg["exec_timeout"] = t or 1e9
     if "deterministic" in config:
         cfg["deterministic"] = bool(config["deterministic"])
     _check_rank(nranks, rank, call)
     if isinstance(root_info, (bytes, bytearray)):
         root_info = RootInfo.from_bytes(root_info)
     if not isinstance(root_info, RootInfo):
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: root_info {root_info!r} is not a RootInfo")
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: root_info {args.shown(root_info)} is not a RootInfo")
     ctx = RUNTIME.require_current(call)
     return _init(ctx, root_info.id, nranks, rank, call, cfg)
 
@@ -219,7 +224,8 @@ def comm_init_cluster_info(rank_table_path: str, rank: int) -> Communicator:
     """Join the communicator described by a rank table (JSON v1.0) as ``rank``; binds the card named there."""
     table = load_rank_table(rank_table_path)
     if isinstance(rank, bool) or not isinstance(rank, int) or rank not in table.devices:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_cluster_info: rank {rank!r} is not in {rank_table_path} "
+        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_cluster_info: rank {args.shown(rank)} is not in "
+                                                f"{rank_table_path} "
                                                 f"(rank_ids {sorted(table.devices)})")
     server, device_id = table.devices[rank]
     RUNTIME.require()
@@ -258,7 +264,8 @@ def create_sub_comm(comm: Communicator, rank_ids, sub_comm_id: int, sub_rank: in
         raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: rank {comm.rank} is not in rank_ids {ids}; "
                                                 f"non-members pass rank_ids=None")
     if not args.is_int(sub_rank) or sub_rank != ids.index(comm.rank):
-        raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: sub_rank {sub_rank} but global rank {comm.rank} "
+        raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: sub_rank {args.shown(sub_rank)} but global "
+                                                f"rank {comm.rank} "
                                                 f"is at index {ids.index(comm.rank)} of rank_ids")
     return _init(comm.ctx, f"{comm.id}_sub_{sub_comm_id}", len(ids), sub_rank, "create_sub_comm")
 
@@ -283,7 +290,7 @@ def get_rank_id(comm: Communicator) -> int:
 
 def _check_comm(comm, call) -> Communicator:
     if not isinstance(comm, Communicator):
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {comm!r} is not a communicator")
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {args.shown(comm)} is not a communicator")
     if comm.destroyed or comm.ctx.destroyed:
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: communicator '{comm.id}' was destroyed")
     return comm

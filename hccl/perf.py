@@ -16,7 +16,8 @@ import time
 import numpy as np
 
 from .perfdata import (COLLECTIVES, NCCL_TYPE_NAMES, NO_IN_PLACE, NO_OUT_OF_PLACE, REDUCING, ROOTED, TIMING,
-                       busbw_factor, cast, expected_output, layout, parse_size, rank_input, sweep)
+                       busbw_factor, cast, expected_output, layout, parse_size, rank_input, sweep,
+                       sweep_length, MAX_SIZES)
 
 
 # ---- inside a rank -------------------------------------------------------------------------------
@@ -322,6 +323,10 @@ def check_args(p: argparse.ArgumentParser, ns) -> None:
         p.error("give -f FACTOR > 1 or -i STEP > 0")
     if ns.iters < 1 or ns.warmup < 0 or ns.check < 0:
         p.error(f"-n {ns.iters} -w {ns.warmup} -c {ns.check}: expected n >= 1, w >= 0, c >= 0")
+    walked = sweep_length(ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes)
+    if walked > MAX_SIZES:  # the list itself would not fit in memory long before the run would end
+        p.error(f"-b {ns.minbytes} -e {ns.maxbytes} {f'-f {ns.stepfactor}' if ns.stepfactor > 1 else f'-i {ns.stepbytes}'}"
+                f" walks {walked} sizes; at most {MAX_SIZES} (use a larger -i, or -f)")
     ns.sizes = sweep(ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes)
 
 

@@ -16,6 +16,8 @@ BLOCKED = ("all_gather", "reduce_scatter", "scatter", "all_to_all")   # size = p
 NO_OUT_OF_PLACE = ("broadcast",)
 NO_IN_PLACE = ("all_to_all", "send_recv", "barrier")
 NCCL_TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16", "float64": "double"}
+MAX_BYTES = 1 << 40      # a size bigger than any card's HBM; bounds what -b / -e / -i can ask for
+MAX_SIZES = 4096         # sizes one run walks (nccl-tests' 1 byte .. 1 TiB by -f 2 is 41)
 TIMING = "max over ranks of the per-rank median (enqueue + stream synchronize, host clock)"
 
 
@@ -37,10 +39,25 @@ def parse_size(text: str) -> int:
     try:
         value = float(digits) * mult
     except ValueError:
-        raise argparse.ArgumentTypeError(f"size {text!r}: expected a number of bytes such as 512, 1K, 4M or 1G")
-    if value < 0 or value != int(value):
-        raise argparse.ArgumentTypeError(f"size {text!r}: expected a whole, non-negative number of bytes")
+        raise argparse.ArgumentTypeError(f"size {text[:40]!r}: expected a number of bytes such as 512, 1K, 4M "
+                                         "or 1G") from None
+    # float() takes 'inf', 'nan' and '1e400' (= inf): none is a size, and int(inf) would raise OverflowError
+    if not np.isfinite(value) or value < 0 or value > MAX_BYTES or value != int(value):
+        raise argparse.ArgumentTypeError(f"size {text[:40]!r}: expected a whole number of bytes in 0..{MAX_BYTES} "
+                                         "(1 TiB)")
     return int(value)
+
+
+def sweep_length(minbytes: int, maxbytes: int, factor: int, step: int) -> int:
+    """How many sizes ``sweep`` walks, computed without building the list (-b 0 -e 1G -i 1 is a billion)."""
+    if minbytes > maxbytes:
+        return 0
+    if factor > 1:               # at most ~40 steps to MAX_BYTES: walk them
+        n, size = 0, minbytes
+        while size <= maxbytes:
+            n, size = n + 1, size * factor if size else 1
+        return n
+    return (maxbytes - minbytes) // step + 1
 
 
 def sweep(minbytes: int, maxbytes: int, factor: int, step: int) -> list[int]:

@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from rt.args import shown
 from rt.errors import HcclError
 from rt.files import FileRefused, read_regular_file
 
@@ -22,6 +23,7 @@ from .types import HcclResult
 
 VERSION = "1.0"
 MAX_BYTES = 4 << 20  # a rank table of thousands of devices is well below this
+MAX_ID_DIGITS = 9    # rank_id / device_id: ids of any real cluster, far below int() limits and int32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +55,12 @@ def write(path: str | os.PathLike, table: dict) -> str:
     """Write atomically (a rank never reads half a file) and return the path."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(table, indent=2) + "\n")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(table, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, or path is a directory: leave no half-written temp file behind
+        tmp.unlink(missing_ok=True)
+        raise
     return str(path)
 
 
@@ -66,6 +72,8 @@ def _bad(path, why) -> HcclError:
 def load_rank_table(path) -> RankTable:
     """Read and check a rank table file (HcclError: HCCL_E_OPEN_FILE_FAILURE if it cannot be read,
     HCCL_E_PARA naming the field if it is malformed)."""
+    if isinstance(path, bool) or not isinstance(path, (str, bytes, os.PathLike)):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"rank table: path {shown(path)} is not a path (str or os.PathLike)")
     try:
         raw = read_regular_file(path, MAX_BYTES, "rank table")
     except FileRefused as e:
@@ -75,30 +83,38 @@ def load_rank_table(path) -> RankTable:
     try:
         text = raw.decode()
         doc = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _bad(path, f"not valid JSON: {e}") from None
+    # ValueError covers bad UTF-8, bad JSON and integers past Python's digit limit; RecursionError a hostile
+    # nesting depth: both are a malformed table, not an npusim failure
+    except (ValueError, RecursionError) as e:
+        raise _bad(path, f"not valid JSON: {type(e).__name__}: {str(e)[:200]}") from None
     return parse_rank_table(doc, text, str(path))
+
+
+def _decimal(v) -> bool:
+    """A short string of ASCII digits (str.isdigit() alone also takes '²' and other digits int() refuses)."""
+    return isinstance(v, str) and 0 < len(v) <= MAX_ID_DIGITS and v.isascii() and v.isdigit()
 
 
 def parse_rank_table(doc, text: str = "", path: str = "<memory>") -> RankTable:
     if not isinstance(doc, dict):
         raise _bad(path, "the top level must be an object")
     if doc.get("version") != VERSION:
-        raise _bad(path, f"version {doc.get('version')!r} is not supported (expected \"{VERSION}\")")
+        raise _bad(path, f"version {shown(doc.get('version'))} is not supported (expected \"{VERSION}\")")
     if doc.get("status", "completed") != "completed":
-        raise _bad(path, f"status is {doc.get('status')!r}, not \"completed\"")
+        raise _bad(path, f"status is {shown(doc.get('status'))}, not \"completed\"")
     servers = doc.get("server_list")
     if not isinstance(servers, list) or not servers:
         raise _bad(path, "server_list must be a non-empty list")
     if "server_count" in doc and doc["server_count"] != str(len(servers)):
-        raise _bad(path, f"server_count {doc['server_count']!r} must be a string equal to the length of "
+        raise _bad(path, f"server_count {shown(doc['server_count'])} must be a string equal to the length of "
                          f"server_list ({len(servers)})")
     devices: dict[int, tuple[int, int]] = {}
     names = []
     for si, server in enumerate(servers):
         if not isinstance(server, dict) or not isinstance(server.get("device"), list):
             raise _bad(path, f"server_list[{si}] needs a 'device' list")
-        names.append(str(server.get("server_id", si)))
+        sid = server.get("server_id", si)
+        names.append(sid if isinstance(sid, str) else shown(sid))
         seen_dev = set()
         for di, dev in enumerate(server["device"]):
             where = f"server_list[{si}].device[{di}]"
@@ -106,8 +122,9 @@ def parse_rank_table(doc, text: str = "", path: str = "<memory>") -> RankTable:
                 raise _bad(path, f"{where} must be an object")
             for key in ("device_id", "rank_id"):
                 v = dev.get(key)
-                if not isinstance(v, str) or not v.isdigit():
-                    raise _bad(path, f"{where}.{key} = {v!r} must be a decimal-string of digits")
+                if not _decimal(v):
+                    raise _bad(path, f"{where}.{key} = {shown(v)} must be a decimal-string of 1 to "
+                                     f"{MAX_ID_DIGITS} ASCII digits")
             rank, device_id = int(dev["rank_id"]), int(dev["device_id"])
             if rank in devices:
                 raise _bad(path, f"{where}: rank_id {rank} appears twice")

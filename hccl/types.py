@@ -7,7 +7,7 @@ import enum
 
 import numpy as np
 
-from rt import dtypes
+from rt import args, dtypes
 from rt.dtypes import BFLOAT16
 from rt.errors import HcclError
 
@@ -115,7 +115,7 @@ def np_dtype(dtype) -> np.dtype:
         code = int(dtype)
         if code not in HcclDataType._value2member_map_:
             raise HcclError(HcclResult.HCCL_E_PARA,
-                            f"unknown HcclDataType {code} (valid: {[int(m) for m in HcclDataType]})")
+                            f"unknown HcclDataType {args.shown(code)} (valid: {[int(m) for m in HcclDataType]})")
         if HcclDataType(code) not in _TO_NP:
             raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT,
                             f"HcclDataType {HcclDataType(code).name} ({code}) is not supported; supported: "
@@ -123,7 +123,7 @@ def np_dtype(dtype) -> np.dtype:
         return _TO_NP[HcclDataType(code)]
     dt = dtypes.lookup(dtype)                      # names and aliases as rt spells them ('fp32', 'bfp16', ...)
     if dt is None:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"unknown dtype {dtype!r}")
+        raise HcclError(HcclResult.HCCL_E_PARA, f"unknown dtype {args.shown(dtype)}")
     if dt not in _FROM_NP:
         raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT,
                         f"dtype {dt} has no HcclDataType (supported: {sorted(str(d) for d in _TO_NP.values())})")
@@ -153,7 +153,7 @@ def reduce_op(op) -> HcclReduceOp:
     elif isinstance(op, (int, np.integer)) and not isinstance(op, bool) and int(op) in (0, 1, 2, 3):
         return HcclReduceOp(int(op))
     raise HcclError(HcclResult.HCCL_E_PARA,
-                    f"unknown HcclReduceOp {op!r} (expected SUM=0, PROD=1, MAX=2, MIN=3 or their names)")
+                    f"unknown HcclReduceOp {args.shown(op)} (expected SUM=0, PROD=1, MAX=2, MIN=3 or their names)")
 
 
 _OPS = {int(m): m for m in HcclReduceOp if m.name != "RESERVED"}

@@ -16,7 +16,9 @@ Options (torchrun's names; the underscored spellings such as ``--nproc_per_node`
                                   session on 127.0.0.1 that launch starts and stops)
   --config NAME|FILE              simulated hardware, e.g. ``default``, ``small``, ``configs/ascend910b.toml``
   --max-restarts N                restart the whole rank group up to N times after a failure (default 0)
-  --log-dir DIR                   write ``DIR/rank<N>.log`` per rank (kept across restarts, fresh per job)
+  --log-dir DIR                   write ``DIR/rank<N>.log`` per rank (kept across restarts, fresh per job); if
+                                  the files cannot be written (a full disk), launch says so once and goes on
+                                  without them: the console output and the job are not affected
   --tee {0,1,2,3}                 streams copied into the --log-dir files: 1 stdout, 2 stderr, 3 both (default 3)
   --local-ranks-filter 0,3        only these local ranks reach the console (log files get everything)
   --rank-table PATH               write the job's rank table there (default: the job's temp dir)
@@ -43,7 +45,7 @@ The persistent local cluster
                                   instead of starting Ray and booting cards. NPUSIM_CLUSTER=0 ignores it.
   launch --down                   stop it;  launch --status: one line about it
   --timeout SECONDS               wall-clock limit for the whole job, restarts included
-  --grace-period SECONDS          SIGTERM → SIGKILL delay when stopping ranks (default 5)
+  --grace-period SECONDS          SIGTERM → SIGKILL delay when stopping ranks (default 5, at most 3600)
   -m, --module                    run the target as ``python -m module``
 
 What each rank gets
@@ -108,7 +110,6 @@ and returns the per-rank results (see ``launcher/spawn.py``).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import shutil
@@ -119,13 +120,15 @@ import threading
 import time
 
 from hccl import ranktable
-from rt.errors import NpuError
+from rt.constants import AclErrorCode
+from rt.errors import AclError, NpuError
 from rt.host import reaper
 
 from .agent import RankSpec
 from .local_backend import LocalBackend
 from . import jobtrace
-from .config import DEFAULT_GRACE, RunConfig, free_port, make_run_config, rank_env
+from .config import RunConfig, free_port, rank_env
+from .flags import UsageError, build_parser, config_from_args
 from .output import OutputRouter, describe_exit, failure_box, plain_box
 
 EXIT_FAILED, EXIT_USAGE, EXIT_TIMEOUT = 1, 2, 124
@@ -144,58 +147,6 @@ class JobResult:
     signum: int | None = None
     diagnosis: list | None = None     # the flight-recorder analyzer's findings (hccl/trace.py)
     trace_dir: str | None = None      # where the ranks' dumps are (kept only with --log-dir)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="launch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False,
-                                usage="launch [options] script.py [args...] | launch [options] -m module [args...]")
-    p.add_argument("--nproc", "--nproc-per-node", "--nproc_per_node", dest="nproc", default=None,
-                   help=argparse.SUPPRESS)
-    p.add_argument("--nnodes", type=int, default=1, help=argparse.SUPPRESS)
-    p.add_argument("--address", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--config", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--max-restarts", "--max_restarts", dest="max_restarts", type=int, default=0,
-                   help=argparse.SUPPRESS)
-    p.add_argument("--log-dir", "--log_dir", dest="log_dir", default=None, help=argparse.SUPPRESS)
-    p.add_argument("-t", "--tee", type=int, default=3, help=argparse.SUPPRESS)
-    p.add_argument("--local-ranks-filter", "--local_ranks_filter", dest="local_ranks_filter", default=None,
-                   help=argparse.SUPPRESS)
-    p.add_argument("--rank-table", "--rank_table", dest="rank_table", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--master-port", "--master_port", dest="master_port", type=int, default=None,
-                   help=argparse.SUPPRESS)
-    p.add_argument("--master-addr", "--master_addr", dest="master_addr", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--profile", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--inject", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--race-check", "--race_check", dest="race_check", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--timeout", type=float, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--grace-period", "--grace_period", dest="grace", type=float, default=DEFAULT_GRACE,
-                   help=argparse.SUPPRESS)
-    p.add_argument("-m", "--module", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--no-cards", dest="no_cards", action="store_true", help=argparse.SUPPRESS)  # tests only
-    p.add_argument("script", help=argparse.SUPPRESS)
-    p.add_argument("script_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    return p
-
-
-def config_from_args(ns: argparse.Namespace) -> RunConfig:
-    """Turn parsed flags into a validated RunConfig (AclError naming the bad flag)."""
-    nproc = ns.nproc
-    if nproc is not None:
-        if nproc == "auto":
-            nproc = None
-        elif nproc.lstrip("-").isdigit():
-            nproc = int(nproc)
-    program = (["-m", ns.script] if ns.module else [ns.script]) + list(ns.script_args)
-    env = dict(os.environ)
-    if ns.race_check and env.get("NPUSIM_RACE_CHECK", "0") in ("", "0"):
-        env["NPUSIM_RACE_CHECK"] = "1"
-    return make_run_config(
-        program, nproc=nproc, nnodes=ns.nnodes, address=ns.address or os.environ.get("RAY_ADDRESS"),
-        config=ns.config, max_restarts=ns.max_restarts, log_dir=ns.log_dir, tee=ns.tee,
-        local_ranks_filter=ns.local_ranks_filter, rank_table=ns.rank_table, timeout=ns.timeout,
-        grace=ns.grace, cards=not ns.no_cards, master_addr=ns.master_addr, master_port=ns.master_port,
-        profile=ns.profile, env=env, inject=ns.inject)
 
 
 _told_cluster = False
@@ -251,8 +202,7 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
         if handle_signals:
             _install_handlers(stop, signums)  # ray.init installs its own SIGTERM handler: take it back
         job_id = backend.new_job_id()
-        table = ranktable.write(rc.rank_table or f"{tmp}/rank_table.json",
-                                ranktable.build(rc.nnodes, rc.nproc, device_ids=rc.devices))
+        table = _write_rank_table(rc.rank_table or f"{tmp}/rank_table.json", rc)
         seen = jobtrace.rank_env(rc, tmp)
         for attempt in range(rc.max_restarts + 1):
             jobtrace.clear(seen)
@@ -286,6 +236,14 @@ def run(rc: RunConfig, *, router: OutputRouter | None = None, handle_signals: bo
                 router.close()
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+
+def _write_rank_table(path: str, rc: RunConfig) -> str:
+    try:
+        return ranktable.write(path, ranktable.build(rc.nnodes, rc.nproc, device_ids=rc.devices))
+    except OSError as e:  # a full disk, a directory put there since the flags were checked
+        raise AclError(AclErrorCode.ACL_ERROR_WRITE_FILE,
+                       f"launch: cannot write the rank table {path}: {e.strerror or e}") from None
 
 
 def _run_attempt(rc, backend, router, job_id, attempt, table, deadline, stop, trace_env=None):
@@ -392,22 +350,21 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in ("--up", "--down", "--status"):
         return _cluster_command(argv)
-    parser = build_parser()
+    parser = build_parser(__doc__)
     try:
         ns = parser.parse_args(argv)
-    except SystemExit as e:  # --help, or a usage error argparse already printed
-        return e.code if isinstance(e.code, int) else EXIT_USAGE
-    try:
         rc = config_from_args(ns)
-    except NpuError as e:
-        print(f"launch: error: {e.message}", file=sys.stderr)
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else EXIT_USAGE
+    except (UsageError, NpuError) as e:
+        print(f"launch: error: {getattr(e, 'message', e)}", file=sys.stderr)
         return EXIT_USAGE
     router = OutputRouter(rc.nproc, rc.local_ranks_filter, rc.log_dir, rc.tee)
     try:
         result = run(rc, router=router, handle_signals=True)
         return report(rc, result, router.summary)
-    except NpuError as e:
-        print(f"launch: error: {e.message}", file=sys.stderr)
+    except NpuError as e:  # the job could not be set up or run: the summary box, as for a failed rank
+        router.summary(plain_box(rc.name, "FAILED", [f"launch: error: {e.message}"]))
         return EXIT_FAILED
     finally:
         router.close()

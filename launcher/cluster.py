@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 
-from rt.config import load_config
+from rt.config import check_object_store, load_config
 from rt.constants import AclErrorCode
 from rt.errors import AclError
 
@@ -36,10 +36,10 @@ LEASE_WAIT = 300.0
 
 def _dir(create: bool = False) -> str:
     """The daemon's directory (state, socket, log); created only by ``up`` — a lookup leaves nothing behind."""
-    from rt.ray.session import socket_root
-    d = os.path.join(socket_root(), "cluster")
+    from rt.ray.session import private, socket_root
+    d = os.path.join(socket_root(create=create), "cluster")
     if create:
-        os.makedirs(d, mode=0o700, exist_ok=True)
+        private(d, "the local cluster's directory")      # ours and 0700, never a link (rt/files.py)
     return d
 
 
@@ -58,18 +58,25 @@ class Lease:
     def __init__(self, info: dict):
         self.info = info
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(30)
-        self.sock.connect(info["sock"])
+        try:
+            self.sock.settimeout(30)
+            self.sock.connect(info["sock"])
+        except OSError as e:
+            self.sock.close()
+            raise _gone(info, e, wait=0.0) from None
         self.file = self.sock.makefile("rwb")
 
     def call(self, msg: dict, timeout: float = 30.0) -> dict:
-        self.sock.settimeout(timeout)
-        self.file.write(json.dumps(msg).encode() + b"\n")
-        self.file.flush()
-        line = self.file.readline()
-        if not line:
-            raise AclError(AclErrorCode.ACL_ERROR_RT_FAILURE, "the local cluster closed the connection")
-        reply = json.loads(line)
+        try:
+            self.sock.settimeout(timeout)
+            self.file.write(json.dumps(msg).encode() + b"\n")
+            self.file.flush()
+            line = self.file.readline()
+            reply = json.loads(line) if line else None
+        except (OSError, ValueError) as e:   # a daemon killed mid-job: a broken pipe, a reset, half a reply
+            raise _gone(self.info, e) from None
+        if not isinstance(reply, dict):
+            raise _gone(self.info, "it closed the connection")
         if "error" in reply:
             raise AclError(AclErrorCode.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL, f"local cluster: {reply['error']}")
         return reply
@@ -84,8 +91,19 @@ class Lease:
     def close(self) -> None:
         try:
             self.file.close()
+        except OSError:  # the unsent tail of a request to a daemon that is gone
+            pass
         finally:
             self.sock.close()
+
+
+def _gone(info: dict, why, wait: float = 2.0) -> AclError:
+    """The daemon stopped answering: an NpuError (a clean message, never a BrokenPipeError traceback); its
+    leftover state file and socket are removed now (find() does that for a dead daemon), not at the next launch."""
+    reason = getattr(why, "strerror", None) or why
+    _forget_if_dead(info, wait)
+    return AclError(AclErrorCode.ACL_ERROR_RT_FAILURE,
+                    f"the local cluster (pid {info.get('pid')}, `launch --up`) stopped answering: {reason}")
 
 
 def find(quiet: bool = False) -> dict | None:
@@ -109,12 +127,32 @@ def find(quiet: bool = False) -> dict | None:
         except (OSError, ValueError, AclError):
             alive = False
     if st.st_uid == os.getuid():
-        for p in (path, info.get("sock", "")):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
+        _remove_state(info)
     return None
+
+
+def _remove_state(info: dict) -> None:
+    for p in (state_file(), info.get("sock", "")):
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+
+
+def _forget_if_dead(info: dict, wait: float) -> None:
+    """Remove the state file and socket of a daemon whose process is gone (and only then: a live one's are its)."""
+    pid = info.get("pid")
+    deadline = time.monotonic() + wait    # a daemon SIGKILLed mid-call takes a moment to be reaped
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not _pid_alive(pid):
+        try:
+            with open(state_file()) as f:
+                same = json.load(f).get("pid") == pid
+        except (OSError, ValueError, AttributeError):
+            same = False
+        if same:                          # not the state of a daemon started since
+            _remove_state(info)
 
 
 def _pid_alive(pid) -> bool:
@@ -138,8 +176,14 @@ def up(config=None) -> int:
         print(f"npusim: the local cluster is already up (pid {info['pid']}, {info['cards']} cards, "
               f"config {info['config_path']}); `launch --down` stops it")
         return 0
-    cfg = load_config(config)                         # a bad config fails here, with its message
-    log = open(os.path.join(_dir(create=True), "cluster.log"), "ab")
+    from .config import config_name
+    cfg = load_config(config_name(config))            # a bad config fails here, with its message
+    check_object_store(cfg)                           # before the daemon starts Ray: its refusal is a traceback
+    try:
+        log = open(os.path.join(_dir(create=True), "cluster.log"), "ab")
+    except OSError as e:  # a full or read-only temp filesystem
+        raise AclError(AclErrorCode.ACL_ERROR_WRITE_FILE, f"launch --up: cannot create the cluster's log in "
+                                                          f"{_dir()}: {e.strerror or e}") from None
     proc = subprocess.Popen([sys.executable, "-m", "launcher.cluster", "serve", cfg.path], stdin=subprocess.DEVNULL,
                             stdout=log, stderr=log, start_new_session=True, cwd="/")
     log.close()
@@ -330,6 +374,8 @@ def serve(config_path: str) -> None:
             pass
     daemon.close()
     print("npusim local cluster: stopped", flush=True)
+    import shutil
+    shutil.rmtree(_dir(), ignore_errors=True)     # a clean stop (SIGTERM too) leaves nothing, as `launch --down`
 
 
 if __name__ == "__main__":

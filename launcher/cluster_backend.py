@@ -3,6 +3,10 @@ job borrows the cluster's warm cards for each attempt and runs its ranks with a 
 
 from __future__ import annotations
 
+import sys
+
+from rt.errors import AclError
+
 from .cluster import Lease
 from .local_backend import LocalBackend
 
@@ -22,8 +26,12 @@ class ClusterBackend(LocalBackend):
                  "NPUSIM_RAY_ADDRESS": lease["address"], **lease.get("auth", {})}]
 
     def release(self) -> None:
-        """Give the attempt's cards back (the cluster resets them for the next job)."""
-        self._lease.release()
+        """Give the attempt's cards back (the cluster resets them for the next job). A daemon that died during
+        the attempt took its cards with it: nothing to give back, and the ranks' failures tell the job's story."""
+        try:
+            self._lease.release()
+        except AclError as e:
+            print(f"npusim: {e.message}", file=sys.stderr)
 
     def close(self) -> None:
         try:

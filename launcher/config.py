@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.machinery
+import math
 import os
 import socket
 import sys
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 
 from rt import faults
-from rt.config import Config, load_config
+from rt.args import shown
+from rt.config import Config, check_object_store, load_config
 from rt.constants import AclErrorCode
 from rt.errors import AclError
 from rt.host.runtime import parse_visible
@@ -25,6 +28,11 @@ from rt.host.runtime import parse_visible
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 
 DEFAULT_GRACE = 5.0  # seconds between SIGTERM and SIGKILL when stopping ranks
+MAX_GRACE = 3600.0   # longer would be a hung stop, not a grace period
+MAX_TIMEOUT = 1e9    # ~31 years: any real limit; finite, so deadlines stay representable
+MAX_CARDS = 64       # rt.config allows at most 64 cards per node
+MAX_NNODES = 1024
+MAX_RESTARTS = (1 << 31) - 1
 
 
 def _invalid(message: str) -> AclError:
@@ -71,13 +79,17 @@ class RunConfig:
 
 def parse_ranks_filter(text: str | None, nproc: int) -> frozenset[int] | None:
     """'0,3' → {0, 3}; '' or None → None (no filter). Each entry must be a local rank < nproc."""
-    if text is None or str(text).strip() == "":
+    if text is None or (isinstance(text, str) and text.strip() == ""):
         return None
+    if not isinstance(text, str):
+        raise _invalid(f"--local-ranks-filter {shown(text)}: expected a str of comma-separated local ranks "
+                       f"such as '0,3'")
     ranks = set()
-    for item in str(text).split(","):
+    for item in text.split(","):
         item = item.strip()
-        if not item.isdigit() or int(item) >= nproc:
-            raise _invalid(f"--local-ranks-filter {text!r}: {item!r} is not a local rank "
+        # ASCII digits only: '²'.isdigit() is True but int('²') fails
+        if not (item.isascii() and item.isdigit() and len(item) <= 4) or int(item) >= nproc:
+            raise _invalid(f"--local-ranks-filter {shown(text)}: {shown(item)} is not a local rank "
                            f"(expected comma-separated integers in 0..{nproc - 1})")
         ranks.add(int(item))
     return frozenset(ranks)
@@ -90,6 +102,9 @@ def _check_program(program: tuple[str, ...]) -> str:
     if program[0] == "-m":
         if len(program) < 2 or not program[1]:
             raise _invalid("launch -m: no module name given")
+        if not all(part.isidentifier() for part in program[1].split(".")):   # python -m could never import it
+            raise _invalid(f"launch -m {shown(program[1])}: not a module name (expected dotted Python "
+                           "identifiers such as package.module)")
         source = _module_file(program[1])
         if source is not None:
             _compile(source, f"module {program[1]!r}")
@@ -97,8 +112,12 @@ def _check_program(program: tuple[str, ...]) -> str:
     if program[0] == "-c":
         return "-c"
     script = Path(program[0])
-    if not script.is_file():
-        raise _invalid(f"launch: script {program[0]!r} not found (cwd {os.getcwd()}); "
+    try:
+        found = script.is_file()
+    except OSError as e:  # a name longer than NAME_MAX, a directory we may not search
+        raise _invalid(f"launch: script {shown(program[0])}: {e.strerror}; expected a path to a Python file") from None
+    if not found:
+        raise _invalid(f"launch: script {shown(program[0])} not found (cwd {os.getcwd()}); "
                        "expected a path to a Python file, or -m module")
     _compile(script, f"script {program[0]!r}")
     return program[0]
@@ -138,14 +157,63 @@ def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None,
     display = name or _check_program(program)
     if program and program[0] not in ("-m", "-c"):
         program = (str(Path(program[0]).resolve()),) + program[1:]
-    hw = load_config(config)  # AclError naming the file and the bad key on a malformed config
-    base_env = dict(os.environ if env is None else env)
+    hw = load_config(config_name(config))  # AclError naming the file and the bad key on a malformed config
+    base_env = _check_env(os.environ if env is None else env)
     visible_text = base_env.get("ASCEND_RT_VISIBLE_DEVICES")
     visible = parse_visible(visible_text, hw.cards_per_node)
     if nproc is None:
         nproc = len(visible) or hw.cards_per_node
-    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
-        raise _invalid(f"--nproc {nproc!r}: expected a positive number of ranks per node")
+    _check_counts(nproc, nnodes, max_restarts, hw, visible, visible_text)
+    if not cards and address:
+        raise _invalid("--no-cards runs without Ray and cannot join --address")
+    if cards and not address:
+        check_object_store(hw)        # a usage error now, not Ray's traceback once it is starting
+    timeout = None if timeout is None else _seconds("--timeout", timeout, lo=0.0, hi=MAX_TIMEOUT, positive=True)
+    grace = _seconds("--grace-period", grace, lo=0.0, hi=MAX_GRACE)
+    if tee not in (0, 1, 2, 3) or isinstance(tee, bool):
+        raise _invalid(f"--tee {shown(tee)}: expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both)")
+    if master_port is not None and (isinstance(master_port, bool) or not isinstance(master_port, int)
+                                    or not 1 <= master_port <= 65535):
+        raise _invalid(f"--master-port {shown(master_port)}: expected a TCP port number 1..65535")
+    if master_addr is not None and (not isinstance(master_addr, str) or not master_addr.strip()):
+        raise _invalid(f"--master-addr {shown(master_addr)}: expected a host name or address")
+    profile = output_path("--profile", profile)
+    rank_table = output_path("--rank-table", rank_table)
+    if inject is not None or base_env.get("NPUSIM_FAULTS"):
+        _check_faults(inject if inject is not None else base_env["NPUSIM_FAULTS"],
+                      "--inject" if inject is not None else "NPUSIM_FAULTS", nproc, nnodes, visible[:nproc])
+        if inject is not None:
+            base_env["NPUSIM_FAULTS"] = inject
+    ranks_filter = parse_ranks_filter(local_ranks_filter, nproc)
+    log_dir = _log_dir(log_dir)       # last: it creates the directory, which a refused request must not leave
+    return RunConfig(
+        program=program, name=display, hw=hw, nproc=nproc, nnodes=nnodes, address=address or None,
+        max_restarts=max_restarts, log_dir=log_dir, tee=tee,
+        local_ranks_filter=ranks_filter, rank_table=rank_table,
+        timeout=timeout, grace=grace, cards=bool(cards),
+        python=os.environ.get("PYTHON_EXEC") or sys.executable, cwd=os.getcwd(), env=base_env,
+        devices=tuple(visible[:nproc]), master_addr=master_addr, master_port=master_port, profile=profile,
+        inject=inject)
+
+
+def config_name(config):
+    """--config as a name or path the OS can look up: a NUL or an over-long name would be an OSError there."""
+    if isinstance(config, str) and ("\0" in config or len(config.encode(errors="replace")) >= 4096
+                                    or any(len(part.encode(errors="replace")) > 255 for part in config.split("/"))):
+        raise _invalid(f"--config {shown(config)}: expected a config name (such as 'default') or a path to a "
+                       "TOML file")
+    return config
+
+
+def _count(flag: str, value, lo: int, hi: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise _invalid(f"{flag} {shown(value)}: expected {what} ({lo}..{hi})")
+    return value
+
+
+def _check_counts(nproc, nnodes, max_restarts, hw: Config, visible, visible_text) -> None:
+    """Ranks per node, nodes and restarts: integers in range, and no more ranks per node than cards."""
+    _count("--nproc", nproc, 1, MAX_CARDS, "a positive number of ranks per node")
     if visible_text is not None and nproc > len(visible):
         raise _invalid(f"--nproc {nproc}: ASCEND_RT_VISIBLE_DEVICES={visible_text!r} leaves {len(visible)} visible "
                        f"card(s) per node ({visible}); each rank needs its own card. Unset the variable or "
@@ -156,49 +224,74 @@ def make_run_config(program, *, nproc=None, nnodes=1, address=None, config=None,
             f"config {hw.path}; each rank needs its own card. To get more cards, use a config with "
             f"more cards per node (--config FILE with [node] cards = {nproc}), or spread the ranks over "
             f"several nodes with --nnodes")
-    if isinstance(nnodes, bool) or not isinstance(nnodes, int) or nnodes < 1:
-        raise _invalid(f"--nnodes {nnodes!r}: expected a positive number of nodes")
-    if not cards and address:
-        raise _invalid("--no-cards runs without Ray and cannot join --address")
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
-        raise _invalid(f"--max-restarts {max_restarts!r}: expected an integer >= 0")
-    if timeout is not None and not timeout > 0:
-        raise _invalid(f"--timeout {timeout!r}: expected a positive number of seconds")
-    if not grace >= 0:
-        raise _invalid(f"--grace-period {grace!r}: expected a number of seconds >= 0")
-    if tee not in (0, 1, 2, 3):
-        raise _invalid(f"--tee {tee!r}: expected 0 (none), 1 (stdout), 2 (stderr) or 3 (both)")
-    if log_dir is not None:
-        log_dir = str(Path(log_dir).resolve())
-        if Path(log_dir).exists() and not Path(log_dir).is_dir():
-            raise _invalid(f"--log-dir {log_dir!r} exists and is not a directory")
-    if master_port is not None and (isinstance(master_port, bool) or not isinstance(master_port, int)
-                                    or not 1 <= master_port <= 65535):
-        raise _invalid(f"--master-port {master_port!r}: expected a TCP port number 1..65535")
-    if master_addr is not None and not str(master_addr).strip():
-        raise _invalid("--master-addr: expected a host name or address")
-    if profile is not None:
-        profile = str(Path(profile).resolve())
-        if not Path(profile).parent.is_dir():
-            raise _invalid(f"--profile {profile!r}: directory {str(Path(profile).parent)!r} does not exist")
-    if rank_table is not None:
-        rank_table = str(Path(rank_table).resolve())
-        if not Path(rank_table).parent.is_dir():
-            raise _invalid(f"--rank-table {rank_table!r}: directory {str(Path(rank_table).parent)!r} "
-                           "does not exist")
-    if inject is not None or base_env.get("NPUSIM_FAULTS"):
-        _check_faults(inject if inject is not None else base_env["NPUSIM_FAULTS"],
-                      "--inject" if inject is not None else "NPUSIM_FAULTS", nproc, nnodes, visible[:nproc])
-        if inject is not None:
-            base_env["NPUSIM_FAULTS"] = inject
-    return RunConfig(
-        program=program, name=display, hw=hw, nproc=nproc, nnodes=nnodes, address=address or None,
-        max_restarts=max_restarts, log_dir=log_dir, tee=tee,
-        local_ranks_filter=parse_ranks_filter(local_ranks_filter, nproc), rank_table=rank_table,
-        timeout=float(timeout) if timeout is not None else None, grace=float(grace), cards=bool(cards),
-        python=os.environ.get("PYTHON_EXEC") or sys.executable, cwd=os.getcwd(), env=base_env,
-        devices=tuple(visible[:nproc]), master_addr=master_addr, master_port=master_port, profile=profile,
-        inject=inject)
+    _count("--nnodes", nnodes, 1, MAX_NNODES, "a positive number of nodes")
+    _count("--max-restarts", max_restarts, 0, MAX_RESTARTS, "a number of restarts")
+
+
+def _seconds(flag: str, value, *, lo: float, hi: float, positive: bool = False) -> float:
+    """A finite duration: inf would overflow the waits (threading refuses timeouts > TIMEOUT_MAX)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and lo <= value <= hi and (value > 0 or not positive)
+    if not ok:
+        kind = "a positive" if positive else "a"
+        raise _invalid(f"{flag} {shown(value)}: expected {kind} number of seconds in {lo:g}..{hi:g}")
+    return float(value)
+
+
+def _log_dir(log_dir) -> str | None:
+    """--log-dir: created now (it would be at the job's start anyway), so an unusable one is a usage error."""
+    if log_dir is None:
+        return None
+    path = _path("--log-dir", log_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _invalid(f"--log-dir {shown(str(log_dir))}: cannot create the directory ({e.strerror})") from None
+    if not path.is_dir():
+        raise _invalid(f"--log-dir {shown(str(path))} exists and is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise _invalid(f"--log-dir {shown(str(path))}: the directory is not writable")
+    return str(path)
+
+
+def output_path(flag: str, value) -> str | None:
+    """A file launch writes (--profile, --rank-table): its directory exists, and it is not a directory itself."""
+    if value is None:
+        return None
+    path = _path(flag, value)
+    try:
+        is_dir, parent_ok = path.is_dir(), path.parent.is_dir()
+    except OSError as e:  # a name longer than NAME_MAX, a directory we may not search
+        raise _invalid(f"{flag} {shown(str(path))}: not a usable path ({e.strerror})") from None
+    if is_dir:
+        raise _invalid(f"{flag} {shown(str(path))} is a directory; expected a file path")
+    if not parent_ok:
+        raise _invalid(f"{flag} {shown(str(path))}: directory {shown(str(path.parent))} does not exist")
+    return str(path)
+
+
+def _path(flag: str, value) -> Path:
+    """A str/PathLike naming a path the OS can take (no NUL, not longer than PATH_MAX), made absolute."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value or "\0" in value or len(value.encode(errors="replace")) >= 4096:
+        raise _invalid(f"{flag} {shown(value)}: expected a file system path")
+    try:
+        return Path(value).resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop, a component longer than NAME_MAX
+        raise _invalid(f"{flag} {shown(value)}: not a usable path ({e})") from None
+
+
+def _check_env(env) -> dict:
+    """The ranks' base environment: str names and values execve accepts (no '=' in a name, no NUL)."""
+    if not isinstance(env, Mapping):
+        raise _invalid(f"env {shown(env)}: expected a dict of environment variables (str -> str)")
+    for key, value in env.items():
+        if not isinstance(key, str) or not key or "=" in key or "\0" in key:
+            raise _invalid(f"env: variable name {shown(key)} is not a valid environment variable name")
+        if not isinstance(value, str) or "\0" in value:
+            raise _invalid(f"env: {key}={shown(value)}: expected a str value without NUL bytes")
+    return dict(env)
 
 
 def _check_faults(spec, source: str, nproc: int, nnodes: int, cards) -> None:

@@ -45,7 +45,7 @@ from hccl.perf import build_parser, check_args
 from rt.errors import NpuError
 
 from .cli import run
-from .config import make_run_config
+from .config import output_path, make_run_config
 from .output import STDOUT, OutputRouter
 
 CSV_FIELDS = ("collective", "nranks", "size", "count", "type", "redop", "root", "placement", "time_us", "algbw",
@@ -74,12 +74,23 @@ def main(argv: list[str] | None = None) -> int:
     """The ``hccl-test`` command; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    parser.error = _usage_error           # one line, as launch's usage errors (no usage block)
     try:
         ns = parser.parse_args(argv)
         check_args(parser, ns)
+        if ns.output_file is not None:  # a bad -F must fail now, not after the whole run
+            ns.output_file = output_path("-F", ns.output_file)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else 2
+    except NpuError as e:
+        print(f"hccl-test: error: {e.message}", file=sys.stderr)
+        return 2
     return launch_ranks(ns, argv)
+
+
+def _usage_error(message: str):
+    print(f"hccl-test: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def launch_ranks(ns, argv: list[str]) -> int:
@@ -106,6 +117,10 @@ def launch_ranks(ns, argv: list[str]) -> int:
                                  nnodes=ns.nnodes, config=ns.config,
                                  address=ns.address or os.environ.get("RAY_ADDRESS"),
                                  timeout=ns.timeout, name=f"hccl-test {ns.collective}")
+        except NpuError as e:  # bad -p / --nnodes / --config / --timeout: a usage error
+            print(f"hccl-test: error: {e.message}", file=sys.stderr)
+            return 2
+        try:
             router = TableRouter(rc.nproc)
             result = run(rc, router=router, handle_signals=True)
         except NpuError as e:
@@ -122,8 +137,12 @@ def launch_ranks(ns, argv: list[str]) -> int:
     elif ns.format == "csv":
         print(to_csv(doc), end="")
     if ns.output_file:
-        with open(ns.output_file, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=1) if ns.output_file.endswith(".json") else to_csv(doc))
+        try:
+            with open(ns.output_file, "w", encoding="utf-8") as f:
+                f.write(json.dumps(doc, indent=1) if ns.output_file.endswith(".json") else to_csv(doc))
+        except OSError as e:  # a full disk, or the directory went away during the run
+            print(f"hccl-test: error: cannot write -F {ns.output_file}: {e.strerror or e}", file=sys.stderr)
+            return 1
     return 0 if doc["wrong_total"] == 0 else 1
 
 

@@ -51,15 +51,41 @@ class OutputRouter:
         self._err = stderr or sys.stderr
         self._files: dict[int, object] = {}
         if self.log_dir:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            for old in self.log_dir.glob("rank*.log"):  # a new job starts with fresh files
-                old.unlink()
+            try:
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                for old in self.log_dir.glob("rank*.log"):  # a new job starts with fresh files
+                    old.unlink()
+            except OSError as e:
+                self._log_failed(e)
 
     def _file(self, rank: int):
         f = self._files.get(rank)
         if f is None:
             f = self._files[rank] = open(self.log_dir / f"rank{rank}.log", "a", encoding="utf-8")
         return f
+
+    def _log_failed(self, error: OSError) -> None:
+        """A log file cannot be written (a full disk, a quota, a vanished directory): say so once and go on
+        without log files. The console output and the job itself are worth more than the copy on disk."""
+        directory, self.log_dir = self.log_dir, None
+        self.note(f"warning: cannot write the rank logs in --log-dir {directory} ({error.strerror or error}); "
+                  "no more log files are written, the console output and the job go on")
+        files, self._files = list(self._files.values()), {}
+        for f in files:
+            try:
+                f.close()
+            except OSError:  # the buffered tail that did not fit either
+                pass
+
+    def _log_lines(self, batch) -> None:
+        try:
+            for rank, stream, text in batch:
+                if self.tee & stream:
+                    self._file(rank).write(text + "\n")
+            for f in self._files.values():
+                f.flush()
+        except OSError as e:
+            self._log_failed(e)
 
     def lines(self, batch) -> None:
         """Route a batch of (rank, stream, text) tuples."""
@@ -69,12 +95,10 @@ class OutputRouter:
                 target = self._out if stream == STDOUT else self._err
                 target.write(f"[rank{rank}]:{text}\n")
                 touched.add(target)
-            if self.log_dir and self.tee & stream:
-                self._file(rank).write(text + "\n")
         for target in touched:
             target.flush()
-        for f in self._files.values():
-            f.flush()
+        if self.log_dir:
+            self._log_lines(batch)
 
     def note(self, text: str) -> None:
         """A message from the launcher itself, on stderr with a `launch:` prefix."""
@@ -86,19 +110,25 @@ class OutputRouter:
         restarts inside them (the files are kept across attempts)."""
         if not self.log_dir:
             return
-        for rank in range(world_size):
-            f = self._file(rank)
-            if attempt > 0:
-                f.write(f"---- launch: restart {attempt} (RESTART_COUNT={attempt}) ----\n")
-            f.flush()
+        try:
+            for rank in range(world_size):
+                f = self._file(rank)
+                if attempt > 0:
+                    f.write(f"---- launch: restart {attempt} (RESTART_COUNT={attempt}) ----\n")
+                f.flush()
+        except OSError as e:
+            self._log_failed(e)
 
     def summary(self, text: str) -> None:
         self._err.write(text + "\n")
         self._err.flush()
 
     def close(self) -> None:
-        for f in self._files.values():
-            f.close()
+        try:
+            for f in self._files.values():
+                f.close()
+        except OSError as e:
+            self._log_failed(e)
         self._files.clear()
 
 

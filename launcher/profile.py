@@ -147,7 +147,12 @@ def write(directory: str, path: str) -> int:
     dumps = load(directory)
     trace = build(dumps)
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(trace, f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(trace, f)
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: no half-written temp file next to the user's path
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
     return len(dumps)

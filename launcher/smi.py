@@ -18,8 +18,9 @@ embedded Ray session (a ``launch`` or ``rt.init()`` process, a pytest session), 
 (``launch --up``) or of a cluster joined with ``rt.init(address=...)``. ``owner.json`` beside the sockets names the
 process that created them (``rt.ray.session.write_owner``); a set whose owner is gone is stale: ignored, and
 removed once none of its sockets answers (the directory would otherwise wait for its owner's reaper). Each card is
-asked over a connection of its own labelled ``npu-smi`` (``hello``, then ``usage``: ``Card.c_usage``) that is
-closed at once; the card leaves monitoring connections out of what it reports and they own nothing, so looking
+asked over a connection of its own labelled ``npu-smi`` (presenting the set's key, ``card.key`` beside the
+sockets, as every client must; then ``hello`` and ``usage``: ``Card.c_usage``) that is closed at once; the card
+leaves monitoring connections out of what it reports and they own nothing, so looking
 changes nothing. Cards inside a process (``rt.init(backend="local")``) have no socket and are not shown.
 
 Exit status: 0; 1 when no session is running (or no NPU matches ``-i`` / ``--session``), with one line on stderr;
@@ -42,7 +43,9 @@ import time
 from rt.card.card import MONITOR_LABEL
 from rt.host import reaper
 from rt.ray.session import OWNER_FILE
-from rt.wire.protocol import CALL, pack, unpacker
+from rt.errors import AclError
+from rt.wire.channel import HELLO, card_key
+from rt.wire.protocol import CALL, NOTIFY, pack, unpacker
 
 MiB = 1 << 20
 QUERY_TIMEOUT = 5.0                              # seconds one card has to answer
@@ -75,6 +78,10 @@ def query_card(path: str, timeout: float = QUERY_TIMEOUT) -> dict:
     ``usage`` is asked ``mem_info`` instead (no process list). Raises OSError (nothing there, no answer in time)
     or CardError."""
     deadline = time.monotonic() + timeout
+    try:
+        key = card_key(os.path.dirname(path))     # the set's key, beside its sockets (only we can read it)
+    except AclError as e:
+        raise CardError(e.message) from None
     while True:
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(max(0.05, deadline - time.monotonic()))
@@ -90,7 +97,7 @@ def query_card(path: str, timeout: float = QUERY_TIMEOUT) -> dict:
             s.close()
             raise
     with s:
-        s.sendall(pack([CALL, 1, "hello", [os.getpid(), MONITOR_LABEL]]) + pack([CALL, 2, "usage", []]))
+        s.sendall(HELLO + key + pack([CALL, 1, "hello", [os.getpid(), MONITOR_LABEL]]) + pack([CALL, 2, "usage", []]))
         decoder, hello = unpacker(), None
         while True:
             s.settimeout(max(0.01, deadline - time.monotonic()))
@@ -99,6 +106,8 @@ def query_card(path: str, timeout: float = QUERY_TIMEOUT) -> dict:
                 raise ConnectionResetError("the card closed the connection")
             decoder.feed(data)
             for msg in decoder:
+                if isinstance(msg, list) and len(msg) == 3 and msg[:2] == [NOTIFY, "refused"]:
+                    raise CardError(str(msg[2][1] if isinstance(msg[2], list) and len(msg[2]) == 2 else msg[2]))
                 if not (isinstance(msg, list) and len(msg) == 3 and msg[0] in (1, 2, 3)):
                     continue                     # a notification: not ours
                 req, ok, value = msg

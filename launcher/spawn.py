@@ -32,14 +32,16 @@ import pickle
 import sys
 import tempfile
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 
+from rt.args import instance, integer, number, sequence, text
 from rt.host import reaper
 from rt.constants import AclErrorCode
 from rt.errors import AclError
 
 from .cli import run
-from .config import DEFAULT_GRACE, make_run_config
+from .config import DEFAULT_GRACE, MAX_CARDS, MAX_GRACE, MAX_NNODES, MAX_RESTARTS, MAX_TIMEOUT, make_run_config
 from .output import describe_exit, traceback_tail
 
 _BOOT = "from launcher.spawn import _rank_main; _rank_main()"
@@ -92,12 +94,15 @@ def spawn(fn, nproc: int = 8, args=(), *, nnodes: int = 1, config=None, address=
     Options are those of ``launch`` (nnodes, config, address, max_restarts, timeout, log_dir,
     local_ranks_filter, grace, profile: the job's timeline as Chrome-trace JSON, inject: a fault spec every
     rank gets as ``NPUSIM_FAULTS``, docs/faults.md) plus ``env``, extra environment for every rank. A
-    LaunchError carries the flight recorder's ``diagnosis``.
+    LaunchError carries the flight recorder's ``diagnosis``. A bad argument (wrong type, out of range: nproc
+    1..64, nnodes 1..1024, timeout a finite number of seconds, grace 0..3600, env a dict of str) is
+    AclError(ACL_ERROR_INVALID_PARAM) naming it, before anything starts.
     """
     if os.environ.get(_SPAWN_DIR):
         raise _invalid("spawn called inside a spawned rank (the module that defines fn calls spawn at import "
                        "time?); guard the call with `if __name__ == \"__main__\":` or put it in a test function")
     ref = function_reference(fn)
+    _check_arguments(nproc, args, nnodes, address, max_restarts, timeout, grace, env)
     try:
         payload = pickle.dumps(tuple(args))
     except Exception as e:
@@ -122,6 +127,22 @@ def spawn(fn, nproc: int = 8, args=(), *, nnodes: int = 1, config=None, address=
             raise LaunchError(f"{name}: ranks {missing} exited 0 without a result", [])
         return [outcomes[rank][1] for rank in range(rc.world_size)]
     raise _launch_error(name, rc, result, outcomes)
+
+
+def _check_arguments(nproc, args, nnodes, address, max_restarts, timeout, grace, env) -> None:
+    """Types and ranges of spawn's own arguments, named as spawn's parameters (make_run_config checks the rest
+    and the values against the config)."""
+    integer(nproc, "spawn", "nproc", lo=1, hi=MAX_CARDS)
+    integer(nnodes, "spawn", "nnodes", lo=1, hi=MAX_NNODES)
+    integer(max_restarts, "spawn", "max_restarts", lo=0, hi=MAX_RESTARTS)
+    sequence(args, "spawn", "args")
+    if address is not None:
+        text(address, "spawn", "address")
+    if timeout is not None:
+        number(timeout, "spawn", "timeout", lo=0.0, hi=MAX_TIMEOUT)
+    number(grace, "spawn", "grace", lo=0.0, hi=MAX_GRACE)
+    if env is not None:
+        instance(env, Mapping, "spawn", "env", "a dict of environment variables (str -> str)")
 
 
 def _launch_error(name, rc, result, outcomes) -> LaunchError:

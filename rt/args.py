@@ -30,6 +30,8 @@ def hccl_para(message: str) -> NpuError:
 
 def shown(value) -> str:
     """A short, safe rendering of a bad value for messages."""
+    if isinstance(value, int) and value.bit_length() > 256:    # repr of a 5000-digit int raises ValueError
+        return f"<{'negative ' if value < 0 else ''}{value.bit_length()}-bit int>"
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a hostile __repr__ must not escape either
@@ -65,7 +67,10 @@ def number(value, call: str, name: str, *, lo: float = 0.0, hi: float = math.inf
     """A finite real number in [lo, hi]."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
         raise error(f"{call}: {name} must be a number, got {shown(value)}")
-    v = float(value)
+    try:
+        v = float(value)
+    except (OverflowError, ValueError):   # an int (or Fraction) past float's range: out of any finite range
+        v = math.inf
     if not math.isfinite(v) or not lo <= v <= hi:
         raise error(f"{call}: {name} must be a finite number in [{lo:g}, {hi:g}], got {shown(value)}")
     return v

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from pathlib import Path
 
+from .args import shown
 from .constants import AclErrorCode
 from .errors import AclError
 from .files import FileRefused, read_regular_file
@@ -23,6 +25,11 @@ def _config_dir() -> Path:
 CONFIG_DIR = _config_dir()
 TOPOLOGIES = ("fullmesh", "2x4")
 MAX_CONFIG_BYTES = 1 << 20
+EXEC_TIMEOUT_MAX = 2147483647      # CANN: HCCL_EXEC_TIMEOUT 0..2147483647 s in the host modes (0 = never)
+CONNECT_TIMEOUT_RANGE = (1, 7200)  # CANN documents [120, 7200] s; shorter waits are kept for tests
+INT64_MAX = (1 << 63) - 1
+MAX_SOC_NAME = 64
+RAY_MEMORY_RESERVE = 100_000_000   # Ray refuses to start leaving less than this (or 5% of RAM) for tasks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +47,7 @@ class Config:
     connect_timeout: float = 120.0
     buffsize_mb: int = 200
     ring_threshold_bytes: int = 0      # one node: mesh up to this size, ring above (0 = always mesh)
-    pinned_limit_bytes: int = 0        # pinned host memory (malloc_host) per process; 0 = half the host's RAM
+    pinned_limit_bytes: int = 0        # pinned host memory (malloc_host) per process; 0 = half the RAM or cgroup limit
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -88,39 +95,90 @@ def load_config(config: str | os.PathLike | Config | None = None) -> Config:
         doc = tomllib.loads(read_regular_file(path, MAX_CONFIG_BYTES, "config").decode())
     except FileRefused as e:
         raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE, e.message) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError) as e:   # TOMLDecodeError, or an int past Python's digit limit
         raise AclError(AclErrorCode.ACL_ERROR_PARSE_FILE, f"config {path}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise AclError(AclErrorCode.ACL_ERROR_PARSE_FILE, f"config {path}: not valid TOML: nested too deeply") from None
     values: dict = {"path": str(path)}
     for section, table in doc.items():
         if not isinstance(table, dict):
             raise AclError(AclErrorCode.ACL_ERROR_FILE_ATTR_INVALID,
-                           f"config {path}: top-level key {section!r} must be a [section]")
+                           f"config {path}: top-level key {shown(section)} must be a [section]")
         for key, value in table.items():
             if (section, key) not in _FIELDS:
                 raise AclError(AclErrorCode.ACL_ERROR_FILE_ATTR_INVALID,
-                               f"config {path}: unknown key [{section}] {key} (known: "
+                               f"config {path}: unknown key [{shown(section)}] {shown(key)} (known: "
                                f"{sorted(f'{s}.{k}' for s, k in _FIELDS)})")
             field, typ = _FIELDS[(section, key)]
             if not isinstance(value, typ) or isinstance(value, bool):
                 raise AclError(AclErrorCode.ACL_ERROR_FILE_ATTR_INVALID,
-                               f"config {path}: [{section}] {key} = {value!r} has the wrong type")
+                               f"config {path}: [{section}] {key} = {shown(value)} has the wrong type "
+                               f"(expected {_type_name(typ)})")
             values[field] = value
     cfg = Config(**values)
-    problems = []
-    if not 1 <= cfg.cards_per_node <= 64:
-        problems.append(f"[node] cards = {cfg.cards_per_node} (expected 1..64)")
-    if cfg.topology not in TOPOLOGIES:
-        problems.append(f"[node] topology = {cfg.topology!r} (expected one of {TOPOLOGIES})")
-    if cfg.hbm_bytes < 1 << 20:
-        problems.append(f"[card] hbm_bytes = {cfg.hbm_bytes} (expected at least 1 MiB)")
-    if cfg.small_segment_bytes <= 0 or cfg.large_segment_bytes < cfg.small_segment_bytes:
-        problems.append("[card] segment sizes must be positive and large >= small")
-    if cfg.num_cpus < 1 or cfg.object_store_bytes < 75 << 20:
-        problems.append("[ray] num_cpus must be >= 1 and object_store_bytes >= 75 MiB")
-    if cfg.pinned_limit_bytes < 0:
-        problems.append(f"[host] pinned_limit_bytes = {cfg.pinned_limit_bytes} (expected >= 0; 0 = half the RAM)")
-    if cfg.exec_timeout < 0 or cfg.connect_timeout < 0:
-        problems.append("[hccl] timeouts must be >= 0")
+    problems = [p for p in (_out_of_range(cfg, field) for field in _RANGES) if p]
+    if not problems:
+        problems = _relations(cfg)
     if problems:
         raise AclError(AclErrorCode.ACL_ERROR_FILE_ATTR_INVALID, f"config {path}: " + "; ".join(problems))
     return cfg
+
+
+_GIB = 1 << 30
+_RANGES = {  # field -> (lo, hi, note); every numeric field has one, so 2**80, 0, -1, nan and inf are named
+    "cards_per_node": (1, 64, ""),
+    "hbm_bytes": (1 << 20, 1 << 44, ""),
+    "small_segment_bytes": (512, 1 << 44, ""),
+    "large_segment_bytes": (512, 1 << 44, ""),
+    "num_cpus": (1, 1024, ""),
+    "object_store_bytes": (75 << 20, 1 << 50, ""),
+    "exec_timeout": (0, EXEC_TIMEOUT_MAX, " seconds; 0 = never"),
+    "connect_timeout": (*CONNECT_TIMEOUT_RANGE, " seconds"),
+    "buffsize_mb": (1, 1 << 16, " MB"),
+    "ring_threshold_bytes": (0, INT64_MAX, "; 0 = always mesh"),
+    "pinned_limit_bytes": (0, INT64_MAX, "; 0 = half the host's (or the cgroup's) memory"),
+}
+_KEYS = {field: f"[{section}] {key}" for (section, key), (field, _) in _FIELDS.items()}
+
+
+def _type_name(typ) -> str:
+    return "a number" if isinstance(typ, tuple) else {int: "an integer", str: "a string"}[typ]
+
+
+def _out_of_range(cfg: Config, field: str) -> str | None:
+    lo, hi, note = _RANGES[field]
+    value = getattr(cfg, field)
+    finite = not isinstance(value, float) or math.isfinite(value)
+    if finite and lo <= value <= hi:
+        return None
+    return f"{_KEYS[field]} = {shown(value)} (expected a finite value in [{lo}, {hi}]{note})"
+
+
+def _relations(cfg: Config) -> list[str]:
+    """What a range cannot say: the names and the order of the two segment sizes."""
+    problems = []
+    if cfg.topology not in TOPOLOGIES:
+        problems.append(f"[node] topology = {shown(cfg.topology)} (expected one of {TOPOLOGIES})")
+    name = cfg.soc_name
+    if not (0 < len(name) <= MAX_SOC_NAME and name.isascii() and name.isprintable()):
+        problems.append(f"[soc] name = {shown(name)} (expected 1..{MAX_SOC_NAME} printable ASCII characters)")
+    if cfg.small_segment_bytes > cfg.large_segment_bytes:
+        problems.append(f"[card] small_segment_bytes = {cfg.small_segment_bytes} is larger than large_segment_bytes "
+                        f"= {cfg.large_segment_bytes} (expected small <= large)")
+    return problems
+
+
+def check_object_store(cfg: Config) -> None:
+    """Before an embedded Ray starts: Ray refuses (with a traceback, after creating its session directory) an
+    object store that leaves it too little of the memory it may use — the host's, or a container's memory
+    cgroup's — for tasks and actors. Not part of ``load_config``: a config is valid on a larger host, and the
+    local backend never starts Ray."""
+    from .memlimit import budget
+    mem = budget()
+    fits = max(0, mem.available - max(RAY_MEMORY_RESERVE, mem.total // 20))
+    if cfg.object_store_bytes <= fits:
+        return
+    raise AclError(AclErrorCode.ACL_ERROR_FILE_ATTR_INVALID,
+                   f"config {cfg.path}: [ray] object_store_bytes = {cfg.object_store_bytes} "
+                   f"({cfg.object_store_bytes / _GIB:.1f} GiB) does not fit: at most {fits} ({fits / _GIB:.1f} GiB) "
+                   f"fits next to what Ray keeps for tasks and actors; {mem.describe()}")

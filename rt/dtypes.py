@@ -10,6 +10,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from .args import shown
 from .constants import AclErrorCode, DataType
 from .errors import AclError
 
@@ -46,8 +47,8 @@ def lookup(dtype) -> np.dtype | None:
     """The numpy dtype a name or dtype-like means (aliases included), or None if it means none."""
     if isinstance(dtype, str) and dtype.lower() in DTYPE_ALIASES:
         return DTYPE_ALIASES[dtype.lower()]
-    if isinstance(dtype, (bool, int, float, np.generic)) and not isinstance(dtype, type):
-        return None                                      # np.dtype(5) would be an error, np.dtype(2.0) too
+    if dtype is None or isinstance(dtype, (bool, int, float, np.generic)) and not isinstance(dtype, type):
+        return None                     # np.dtype(None) is float64 (numpy's default), np.dtype(5) an error
     try:
         return np.dtype(dtype)
     except (TypeError, ValueError):
@@ -61,10 +62,10 @@ def np_dtype(dtype) -> np.dtype:
             return ACL_TO_NP[DataType(int(dtype))]
         except (ValueError, KeyError):
             raise AclError(AclErrorCode.ACL_ERROR_UNSUPPORTED_DATA_TYPE,
-                           f"unsupported aclDataType {int(dtype)}") from None
+                           f"unsupported aclDataType {shown(dtype)}") from None
     dt = lookup(dtype)
     if dt is None:
-        raise AclError(AclErrorCode.ACL_ERROR_UNSUPPORTED_DATA_TYPE, f"unknown dtype {dtype!r}")
+        raise AclError(AclErrorCode.ACL_ERROR_UNSUPPORTED_DATA_TYPE, f"unknown dtype {shown(dtype)}")
     if dt not in NP_TO_ACL:
         raise AclError(AclErrorCode.ACL_ERROR_UNSUPPORTED_DATA_TYPE,
                        f"dtype {dt} has no aclDataType (supported: {sorted(str(d) for d in NP_TO_ACL)})")

@@ -38,6 +38,7 @@ import threading
 import time
 
 from . import slog
+from .args import shown
 from .constants import AclErrorCode
 from .errors import AclError, HcclError, NpuError, oom_message, record_error_message
 
@@ -113,22 +114,27 @@ class Fault:
 
 
 def _bad(source: str, text: str, why: str) -> AclError:
-    return AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, f"{source}: bad fault {text!r}: {why}")
+    return AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, f"{source}: bad fault {shown(text)}: {why}")
+
+
+def _digits(value: str) -> bool:
+    """ASCII digits short enough for int(): '²' is isdigit() but not int()-able, and int() refuses > 4300 digits."""
+    return value.isascii() and value.isdigit() and len(value) <= 20
 
 
 def _number(source, text, key, value, lo, hi=_LIMIT) -> int:
-    if not value.isascii() or not value.isdigit() or not lo <= int(value) < hi:
-        raise _bad(source, text, f"{key}={value!r} is not a number in {lo}..{hi - 1}")
+    if not _digits(value) or not lo <= int(value) < hi:
+        raise _bad(source, text, f"{key}={shown(value)} is not a number in {lo}..{hi - 1}")
     return int(value)
 
 
 def _code(source, text, value) -> int:
-    if value.isascii() and value.isdigit():
+    if _digits(value):
         if int(value) in _HCCL_BY_CODE:
             return int(value)
     elif value.upper() in HCCL_RESULTS:
         return HCCL_RESULTS[value.upper()][0]
-    raise _bad(source, text, f"code={value!r} is not an HcclResult failure code (a name such as HCCL_E_REMOTE, or "
+    raise _bad(source, text, f"code={shown(value)} is not an HcclResult failure code (a name such as HCCL_E_REMOTE, or "
                              f"its number: {', '.join(f'{n} {c}' for n, (c, _) in list(HCCL_RESULTS.items())[:4])}, "
                              f"... HCCL_E_OOM 24)")
 
@@ -189,7 +195,7 @@ def parse(spec: str, source: str = "NPUSIM_FAULTS") -> list[Fault]:
 
 def _env_int(name: str) -> int | None:
     text = os.environ.get(name, "").strip()
-    return int(text) if text.isdigit() else None
+    return int(text) if _digits(text) else None
 
 
 def _say(line: str) -> None:

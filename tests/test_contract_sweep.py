@@ -1,6 +1,9 @@
 """Every public function of ``rt``, ``rt.mdl``, ``rt.ops`` and ``hccl`` with hostile arguments: wrong types,
-negative, huge, None, NaN. Whatever a call does with them, it must either work or raise ``rt.NpuError`` with
-a real code (never TypeError, OverflowError, a hang or a crash), and the runtime must keep working after.
+negative, huge (2**64, and a 5000-digit int whose repr() fails), None, NaN, and handles that are no longer or
+not here valid (a freed pointer, a destroyed stream / event / context / communicator, a pointer, stream or
+event of device 1 while device 0 is current); the pyACL facade has its own sweep (tests/contract/
+test_acl_sweep.py). Whatever a call does with them, it must either work or raise ``rt.NpuError`` with a real
+code (never TypeError, OverflowError, a hang or a crash), and the runtime must keep working after.
 
 For each function every parameter in turn gets each bad value while the others hold a valid argument built
 fresh for the call (a live pointer, stream, event, model, communicator ...), so the check reaches the code
@@ -17,7 +20,8 @@ import numpy as np
 import pytest
 
 BAD = {
-    "None": None, "neg": -1, "huge": 2 ** 64, "big": 2 ** 63, "float": 1.5, "nan": math.nan, "str": "x",
+    "None": None, "neg": -1, "huge": 2 ** 64, "big": 2 ** 63, "giant": 10 ** 5000,   # repr() of giant fails
+    "float": 1.5, "nan": math.nan, "str": "x",
     "bytes": b"\x00" * 3, "list": [1, "a"], "dict": {"a": object()}, "object": object(), "bool": True,
     "objarray": np.array([None, 1], dtype=object), "np.float": np.float64(2.5), "ndarray2d": np.ones((2, 2)),
 }
@@ -119,6 +123,54 @@ class Goods:
         return ds
 
 
+class Hostile:
+    """Handles that were valid once or belong to another card, by parameter name: ``(label, factory)``. The
+    sweep passes them with device 0 current; a call must work or raise an NpuError, never crash or hang."""
+
+    def __init__(self, rt):
+        self.rt = rt
+
+    def on_device1(self, make):
+        rt = self.rt
+        ctx = rt.get_context()
+        rt.set_device(1)
+        try:
+            return make()
+        finally:
+            rt.set_context(ctx)
+
+    @property
+    def hccl(self):
+        import hccl
+        return hccl
+
+    def gone(self, make, destroy):
+        h = make()
+        destroy(h)
+        return h
+
+    def recorded_event(self):
+        ev = self.rt.create_event()
+        self.rt.record_event(ev, None)
+        return ev
+
+    def values(self, func: str, name: str):
+        rt = self.rt
+        ptr = [("freed", lambda: self.gone(lambda: rt.malloc(4096), rt.free)),
+               ("device1", lambda: self.on_device1(lambda: rt.malloc(4096)))]
+        stream = [("destroyed", lambda: self.gone(rt.create_stream, rt.destroy_stream)),
+                  ("device1", lambda: self.on_device1(rt.create_stream))]
+        event = [("destroyed", lambda: self.gone(self.recorded_event, rt.destroy_event)),
+                 ("device1", lambda: self.on_device1(self.recorded_event))]
+        ctx = [("destroyed", lambda: self.gone(lambda: rt.create_context(0), rt.destroy_context))]
+        comm = [("destroyed", lambda: self.gone(lambda: self.hccl.comm_init_all([0])[0], self.hccl.comm_destroy))]
+        table = {"ptr": ptr, "dst": ptr, "src": ptr, "send": ptr, "recv": ptr, "stream": stream, "event": event,
+                 "start": event, "end": event, "ctx": ctx, "comm": comm}
+        if name == "buf" and not func.startswith("rt.mdl.") and func != "rt.free_host":
+            return ptr
+        return table.get(name, [])
+
+
 def _public_functions():
     import hccl
     import rt
@@ -156,17 +208,22 @@ def _call(goods, qualname, fn, params, bad_param, bad_value):
     return fn(**kwargs)
 
 
+def _cases(hostile, qualname, param):
+    """(label, a factory of the bad value) for one parameter: the BAD values, then the hostile handles."""
+    return [(label, (lambda v=bad: v)) for label, bad in BAD.items()] + hostile.values(qualname, param)
+
+
 def sweep(rt, comm, tmp_dir, functions=None):
     """Run the sweep; returns the list of calls that escaped the contract."""
-    goods = Goods(rt, comm, tmp_dir)
+    goods, hostile = Goods(rt, comm, tmp_dir), Hostile(rt)
     problems = []
     for qualname, fn, params in functions or _public_functions():
         ctx = rt.create_context(0)            # everything this function's calls make goes with the context
         for p in params:
-            for label, bad in BAD.items():
+            for label, make in _cases(hostile, qualname, p.name):
                 rt.set_context(ctx)
                 try:
-                    _call(goods, qualname, fn, params, p.name, bad)
+                    _call(goods, qualname, fn, params, p.name, make())
                 except rt.NpuError as e:
                     if not isinstance(e.code, int) or e.code <= 0 or not e.message:
                         problems.append(f"{qualname}({p.name}={label}): NpuError without a real code: {e!r}")

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 
 import rt
+from rt.args import shown
 from rt.constants import AclErrorCode
 from rt.errors import AclError
 from rt.host.runtime import RUNTIME
@@ -250,11 +251,11 @@ def load_sharded(model, comm, mode: str = "tensor", *, min_shard_bytes: int = DE
     """
     comms = list(comm) if isinstance(comm, (list, tuple)) else [comm]
     if not comms or not all(isinstance(c, Communicator) and not c.destroyed for c in comms):
-        raise AclError(INVALID, f"load_sharded: comm must be a live hccl Communicator or a list of them, got {comm!r}")
+        raise AclError(INVALID, f"load_sharded: comm must be a live hccl Communicator or a list of them, got {shown(comm)}")
     if len({c.id for c in comms}) != 1 or len({c.rank for c in comms}) != len(comms):
         raise AclError(INVALID, "load_sharded: the communicators must be distinct ranks of one communicator")
     if not isinstance(mode, str) or mode not in ("tensor", "batch"):
-        raise AclError(INVALID, f"load_sharded: mode {mode!r}, expected 'tensor' or 'batch'")
+        raise AclError(INVALID, f"load_sharded: mode {shown(mode)}, expected 'tensor' or 'batch'")
     if isinstance(min_shard_bytes, bool) or not isinstance(min_shard_bytes, int) or min_shard_bytes < 0:
-        raise AclError(INVALID, f"load_sharded: min_shard_bytes={min_shard_bytes!r}, expected an int >= 0")
+        raise AclError(INVALID, f"load_sharded: min_shard_bytes={shown(min_shard_bytes)}, expected an int >= 0")
     return ShardedModel(as_model(model), sorted(comms, key=lambda c: c.rank), mode, min_shard_bytes)

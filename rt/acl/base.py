@@ -31,8 +31,11 @@ def init(config_path=None):
             json.loads(read_regular_file(config_path, MAX_ACL_JSON, "init").decode())
         except FileRefused as e:
             raise AclError(E.ACL_ERROR_INVALID_FILE, e.message) from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise AclError(E.ACL_ERROR_PARSE_FILE, f"init: {config_path!r} is not valid JSON: {e}") from None
+        # ValueError: bad UTF-8 or JSON, or an integer past Python's digit limit; RecursionError: a hostile
+        # nesting depth. Both mean a config file CANN cannot parse, not an npusim failure.
+        except (ValueError, RecursionError) as e:
+            raise AclError(E.ACL_ERROR_PARSE_FILE, f"init: {args.shown(config_path)} is not valid JSON: "
+                                                   f"{type(e).__name__}: {str(e)[:200]}") from None
     rt.init()
 
 

@@ -69,16 +69,21 @@ class _Subscriptions:
 SUBSCRIPTIONS = _Subscriptions()
 
 
+def _thread_id(thread_id, call: str) -> int:
+    """A native thread id: a C uint64_t."""
+    return args.integer(thread_id, call, "thread id", hi=(1 << 64) - 1)
+
+
 @code("rt.subscribe_report")
 def subscribe_report(thread_id, stream):
-    if not args.is_int(thread_id):
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"rt.subscribe_report: thread id {args.shown(thread_id)} is not an int")
-    SUBSCRIPTIONS.subscribe(int(thread_id), stream_of(stream, "rt.subscribe_report"), "rt.subscribe_report")
+    call = "rt.subscribe_report"
+    SUBSCRIPTIONS.subscribe(_thread_id(thread_id, call), stream_of(stream, call), call)
 
 
 @code("rt.unsubscribe_report")
 def unsubscribe_report(thread_id, stream):
-    SUBSCRIPTIONS.unsubscribe(thread_id, stream_of(stream, "rt.unsubscribe_report"), "rt.unsubscribe_report")
+    call = "rt.unsubscribe_report"
+    SUBSCRIPTIONS.unsubscribe(_thread_id(thread_id, call), stream_of(stream, call), call)
 
 
 def process_report(timeout):
@@ -103,9 +108,9 @@ def process_report(timeout):
 
 
 def _report_queue(timeout):
-    if not args.is_int(timeout) or timeout < -1:
+    if not args.is_int(timeout) or not -1 <= timeout < 1 << 31:       # aclrtProcessReport's int32 timeout
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"rt.process_report: timeout {args.shown(timeout)} must be -1 or "
-                                                  f"a number of milliseconds")
+                                                  f"a number of milliseconds below 2**31")
     return SUBSCRIPTIONS.my_queue("rt.process_report")
 
 

@@ -20,6 +20,7 @@ store, compare and truth-test them; ``0`` is the null handle (the default stream
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import logging
 import os
@@ -59,12 +60,36 @@ def report(call: str, exc: BaseException) -> int:
     return code
 
 
+PASSTHROUGH = frozenset({"user_data", "args_list"})     # the program's own objects, handed to its callback
+INT_LO, INT_HI = -(1 << 63), 1 << 64                     # what a C int64_t / uint64_t parameter can hold
+
+
+def _c_ints(fn):
+    """A checker that refuses, for ``fn``'s parameters, an int (or an int in a list/tuple) no 64-bit C
+    parameter holds: pyACL's binding cannot parse it, and npusim's messages could not even print it."""
+    names = list(inspect.signature(fn).parameters)
+
+    def check(call, given, kwargs):
+        for name, value in itertools.chain(zip(names, given), kwargs.items()):
+            if name in PASSTHROUGH:
+                continue
+            items = value if isinstance(value, (list, tuple)) else (value,)
+            for v in items:
+                if type(v) is int and not INT_LO <= v < INT_HI:
+                    raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {name} {args.shown(v)} does not fit a 64-bit C "
+                                                              f"integer")
+    return check
+
+
 def code(call: str):
     """Decorate a function whose pyACL form returns ``ret``."""
     def wrap(fn):
+        check = _c_ints(fn)
+
         @functools.wraps(fn)
         def facade(*args, **kwargs):
             try:
+                check(call, args, kwargs)
                 fn(*args, **kwargs)
             except Exception as e:  # noqa: BLE001 - pyACL returns codes, never raises
                 return report(call, e)
@@ -76,9 +101,12 @@ def code(call: str):
 def values(call: str, *defaults):
     """Decorate a function whose pyACL form returns ``(*values, ret)``; ``defaults`` stand in on failure."""
     def wrap(fn):
+        check = _c_ints(fn)
+
         @functools.wraps(fn)
         def facade(*args, **kwargs):
             try:
+                check(call, args, kwargs)
                 out = fn(*args, **kwargs)
             except Exception as e:  # noqa: BLE001
                 return (*defaults, report(call, e))
@@ -90,9 +118,12 @@ def values(call: str, *defaults):
 def plain(call: str, default):
     """Decorate a getter whose pyACL form returns a bare value (``default`` when it fails)."""
     def wrap(fn):
+        check = _c_ints(fn)
+
         @functools.wraps(fn)
         def facade(*args, **kwargs):
             try:
+                check(call, args, kwargs)
                 return fn(*args, **kwargs)
             except Exception as e:  # noqa: BLE001
                 report(call, e)

@@ -26,6 +26,12 @@ import numpy as np
 
 from ..constants import AclErrorCode as E
 from ..errors import AclError
+from ..host.procmaps import unmapped
+
+try:
+    from numpy.lib.array_utils import byte_bounds
+except ImportError:                                    # numpy < 2
+    byte_bounds = np.byte_bounds
 
 PINNED, ARRAY, BYTES = "malloc_host", "numpy_to_ptr", "bytes_to_ptr"
 SWEEP_EVERY = 64          # registrations between sweeps for bytes objects the program dropped
@@ -66,12 +72,16 @@ class HostRegions:
         return self._add(_Region(buf.address, buf.nbytes, PINNED, buf))
 
     def add_array(self, arr: np.ndarray) -> int:
-        start = arr.ctypes.data
+        """Register the memory the array spans and return its data pointer (what pyACL returns). For a
+        strided or reversed view the two differ: the pointer of ``a[::-1]`` is its *last* byte range, so a
+        copy of ``a.nbytes`` to it runs past the end of the memory and is refused, not performed."""
+        low, high = byte_bounds(arr)           # the memory the elements occupy, whatever the strides
         try:
             ref = weakref.ref(arr)
         except TypeError:                                  # an array subclass without weakref support
             ref = (lambda a: (lambda: a))(arr)
-        return self._add(_Region(start, arr.nbytes, ARRAY, ref))
+        self._add(_Region(low, high - low, ARRAY, ref))
+        return arr.ctypes.data
 
     def add_bytes(self, data) -> int:
         """A bytes or bytearray object's storage (held until the program drops the object)."""
@@ -84,12 +94,22 @@ class HostRegions:
                 self._sweep()
             i = bisect.bisect_left(self._starts, region.start)
             if i < len(self._starts) and self._starts[i] == region.start:
-                self._regions[i] = region                  # the same storage registered again
+                if not self._covers(self._regions[i], region):
+                    self._regions[i] = region              # the same storage registered again
             else:
                 self._starts.insert(i, region.start)
                 self._regions.insert(i, region)
             self._freed.pop(region.start, None)
             return region.start
+
+    @staticmethod
+    def _covers(old: _Region, new: _Region) -> bool:
+        """Keep a live array already registered at this start when it spans at least as much (a view of
+        it, e.g. ``a[::-1]`` starting where ``a`` does, must not make ``a``'s address die with the view)."""
+        if old.kind != ARRAY or new.kind != ARRAY:
+            return False
+        obj = old.obj()
+        return obj is not None and (old.nbytes > new.nbytes or old.nbytes == new.nbytes and obj.flags.c_contiguous)
 
     def _sweep(self) -> None:
         """Forget bytes objects nobody but the registry holds, and arrays that are gone."""
@@ -162,16 +182,17 @@ class HostRegions:
             return len(obj) == region.nbytes and (not obj or _address_of(obj) == region.start)
         return not getattr(obj, "freed", False)
 
-    def buffer(self, address: int, nbytes: int, call: str, arg: str):
+    def buffer(self, address: int, nbytes: int, call: str, arg: str, write: bool = True):
         """What ``rt.memcpy`` takes for ``nbytes`` at ``address``: a whole pinned buffer as itself (its fastest
         path), anything else as :meth:`view`."""
         region, obj, off = self.lookup(address, nbytes, call, arg)
         if region.kind == PINNED and off == 0 and nbytes == region.nbytes:
             return obj
-        return self.view(address, nbytes, call, arg)
+        return self.view(address, nbytes, call, arg, write)
 
-    def view(self, address: int, nbytes: int, call: str, arg: str) -> np.ndarray:
-        """A writable uint8 view of ``nbytes`` at ``address`` (a pinned view stays on the pinned fast path)."""
+    def view(self, address: int, nbytes: int, call: str, arg: str, write: bool = True) -> np.ndarray:
+        """A uint8 view of ``nbytes`` at ``address`` (a pinned view stays on the pinned fast path); ``write``:
+        the caller writes through it, so the memory must be mapped writable."""
         region, obj, off = self.lookup(address, nbytes, call, arg)
         if region.kind == PINNED:
             return np.frombuffer(obj, np.uint8, nbytes, off)
@@ -179,7 +200,13 @@ class HostRegions:
             return obj.reshape(-1).view(np.uint8)[off:off + nbytes]
         if nbytes == 0:
             return np.empty(0, np.uint8)
-        # bytes storage (immutable to Python, written by pyACL programs all the same) or a strided array
+        # bytes storage (immutable to Python, written by pyACL programs all the same) or a strided array: raw
+        # memory, so check the process's memory map first — a read-only mapping (np.memmap mode "r") would
+        # take the process down with SIGSEGV instead of failing the call
+        problem = unmapped(address, nbytes, write)
+        if problem:
+            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: {arg} {nbytes} bytes at host address "
+                                                         f"0x{address:x}: {problem}")
         return np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(address))
 
     def _freed_containing(self, address: int) -> int | None:

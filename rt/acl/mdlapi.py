@@ -71,10 +71,15 @@ def load_from_mem(model, model_size):
     if not args.is_int(model_size) or model_size <= 0:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"mdl.load_from_mem: size {args.shown(model_size)} must be positive")
     if isinstance(model, (bytes, bytearray, memoryview)):
-        return mdl.load_from_mem(bytes(model)[:int(model_size)])
+        data = bytes(model)
+        if model_size > len(data):
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"mdl.load_from_mem: size {model_size} exceeds the "
+                                                      f"{len(data)} bytes given")
+        return mdl.load_from_mem(data[:int(model_size)])
     if not args.is_int(model):
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"mdl.load_from_mem: {args.shown(model)} is not a host address")
-    return mdl.load_from_mem(REGIONS.view(int(model), int(model_size), "mdl.load_from_mem", "model").tobytes())
+    return mdl.load_from_mem(REGIONS.view(int(model), int(model_size), "mdl.load_from_mem", "model",
+                                          write=False).tobytes())
 
 
 @values("mdl.query_size", 0, 0)
@@ -171,6 +176,7 @@ def _index_by_name(which: str, call: str):
     @values(call, -1)
     def find(model_desc, name):
         d = _desc(model_desc, call)
+        name = args.text(name, call, "name")
         items = d.inputs(call) if which == "input" else d.filled(call).outputs
         for i, item in enumerate(items):
             if item["name"] == name:

@@ -122,9 +122,14 @@ def create_stream():
     return HANDLES.add(STREAM, rt.create_stream())
 
 
+UINT32_MAX = (1 << 32) - 1
+
+
 @values("rt.create_stream_with_config", 0)
 def create_stream_with_config(priority=0, flag=0):
-    """Priority and flags have no effect on a simulated card."""
+    """Priority and flags (C uint32_t) are checked, and have no effect on a simulated card."""
+    args.integer(priority, "rt.create_stream_with_config", "priority", hi=UINT32_MAX)
+    args.integer(flag, "rt.create_stream_with_config", "flag", hi=UINT32_MAX)
     return HANDLES.add(STREAM, rt.create_stream())
 
 
@@ -170,6 +175,8 @@ def create_event():
 
 @values("rt.create_event_with_flag", 0)
 def create_event_with_flag(flag):
+    """The flag (a C uint32_t: ACL_EVENT_SYNC, ACL_EVENT_TIME_LINE ...) is checked; every event is timed."""
+    args.integer(flag, "rt.create_event_with_flag", "flag", hi=UINT32_MAX)
     return HANDLES.add(EVENT, rt.create_event())
 
 
@@ -284,7 +291,7 @@ def _copy_args(call, dst, dest_max, src, count, kind):
     if not dst_dev:
         d = resolve(d, count, call, "dst")
     if not src_dev:
-        s = resolve(s, count, call, "src")
+        s = resolve(s, count, call, "src", write=False)
     if not args.is_int(kind) or int(kind) not in MemcpyKind._value2member_map_:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: unknown copy kind {args.shown(kind)} (expected 0..7)")
     given = MemcpyKind(int(kind))

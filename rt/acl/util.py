@@ -61,7 +61,7 @@ def numpy_contiguous_to_ptr(array):
 def ptr_to_bytes(ptr, size) -> bytes:
     """A copy of ``size`` bytes at a host address."""
     _check_ptr(ptr, size, "util.ptr_to_bytes")
-    return REGIONS.view(int(ptr), int(size), "util.ptr_to_bytes", "ptr").tobytes()
+    return REGIONS.view(int(ptr), int(size), "util.ptr_to_bytes", "ptr", write=False).tobytes()
 
 
 @plain("util.ptr_to_numpy", None)

@@ -212,13 +212,24 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
             return
         if isinstance(result, WithFds):
             try:
-                conn.send([tag, True, result.value], result.fds)
+                self._reply(conn, tag, name, result.value, result.fds)
             finally:
                 if result.close:                                  # fds obtained just for this reply
                     for fd in result.fds:
                         os.close(fd)
             return
-        conn.send([tag, True, result])
+        self._reply(conn, tag, name, result)
+
+    @staticmethod
+    def _reply(conn: Connection, tag: int, name: str, value, fds=()) -> None:
+        """Send a command's result; one the wire cannot encode (an integer past 64 bits, say) fails that
+        command with 507000 instead of ending the connection (the server's reader would take the encoder's
+        exception for a broken peer)."""
+        try:
+            conn.send([tag, True, value], fds)
+        except (TypeError, ValueError, OverflowError) as e:
+            conn.send([tag, False, errors.to_wire(AclError(E.ACL_ERROR_RT_INTERNAL_ERROR,
+                                                             f"{name}: the card's reply cannot be encoded: {e}"))])
 
     def _task(self, conn: Connection, sid: int, name: str, args) -> None:
         try:
@@ -249,7 +260,7 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
         if error is not None:
             conn.send([req, False, errors.to_wire(error)])
         else:
-            conn.send([req, True, value])
+            self._reply(conn, req, "deferred reply", value)
 
     # ---------------------------------------------------------------- lookups
     def _stream(self, conn: Connection, sid: int) -> StreamQueue:

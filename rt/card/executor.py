@@ -15,9 +15,11 @@ from ..errors import AclError
 from ..kernels import registry
 from ..mdl.format import ModelDef
 from ..mdl.shapes import infer_shapes
+from ..wire.segment import check_host_memory
 
 INPUT_MISMATCH = AclErrorCode.ACL_ERROR_MODEL_INPUT_NOT_MATCH
 OUTPUT_MISMATCH = AclErrorCode.ACL_ERROR_MODEL_OUTPUT_NOT_MATCH
+HOST_CHECK_FROM = 64 << 20   # smaller executions fit the headroom check_host_memory keeps free: skip its cost
 
 
 def _as_output(buffer: np.ndarray, spec: registry.TensorSpec, index: int, model: ModelDef) -> np.ndarray:
@@ -34,8 +36,9 @@ def _as_output(buffer: np.ndarray, spec: registry.TensorSpec, index: int, model:
 class Executor:
     """Runs one model; ``weights`` maps weight names to arrays (card-memory views on a card)."""
 
-    def __init__(self, model: ModelDef, weights: dict[str, np.ndarray] | None = None):
+    def __init__(self, model: ModelDef, weights: dict[str, np.ndarray] | None = None, max_bytes: int | None = None):
         self.model = model
+        self.max_bytes = max_bytes  # on a card its HBM: no intermediate of one execution may exceed it
         self.weights = weights if weights is not None else {w.name: w.array() for w in model.weights}
         self.ops = {node.name: registry.get_op(node.op) for node in model.nodes}
 
@@ -54,11 +57,31 @@ class Executor:
                                                f"one of the gears {list(model.batch_sizes)}")
         return [tuple(a.shape) for a in inputs]
 
+    def _check_sizes(self, specs) -> None:
+        """Dynamic dims chosen per execution can blow an intermediate up past the card (or numpy's
+        limits): refuse before allocating anything."""
+        if self.max_bytes is None:
+            return
+        total = 0
+        for node in self.model.nodes:
+            for out in node.outputs:
+                spec = specs[out]
+                need = math.prod(spec.shape) * spec.dtype.itemsize
+                total += need
+                if need > self.max_bytes:
+                    raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION,
+                                   f"model {self.model.name!r} node {node.name!r} ({node.op}): output {out!r} "
+                                   f"{spec.dtype}{list(spec.shape)} needs {need} bytes, more than the card's "
+                                   f"{self.max_bytes}")
+        if total > HOST_CHECK_FROM:   # intermediates live in host RAM: past a container's limit = SIGKILL
+            check_host_memory(total, f"model {self.model.name!r}: the intermediates of one execution")
+
     def run(self, inputs, outputs=None) -> list[np.ndarray]:
         """Execute; ``outputs`` are optional byte buffers to fill. Returns the output tensors."""
         model = self.model
         inputs = [np.asarray(a) for a in inputs]
         specs = infer_shapes(model, self.check_inputs(inputs))
+        self._check_sizes(specs)
         out_specs = [specs[v.name] for v in model.outputs]
         if outputs is None:
             results = [np.empty(s.shape, s.dtype) for s in out_specs]
@@ -74,8 +97,8 @@ class Executor:
         env: dict[str, np.ndarray] = dict(self.weights)
         env.update((v.name, a) for v, a in zip(model.inputs, inputs))
         for node in model.nodes:
-            outs = [direct[n] if n in direct else np.empty(specs[n].shape, specs[n].dtype) for n in node.outputs]
-            try:
+            try:  # intermediates are allocated here: a MemoryError is this node's, too
+                outs = [direct[n] if n in direct else np.empty(specs[n].shape, specs[n].dtype) for n in node.outputs]
                 self.ops[node.name].compute([env[n] for n in node.inputs], outs, node.attrs)
             except AclError as exc:
                 raise AclError(exc.code, f"model {model.name!r} node {node.name!r} ({node.op}): {exc.message}") from None

@@ -15,8 +15,8 @@ import numpy as np
 from ..constants import AclErrorCode
 from ..dtypes import acl_dtype
 from ..errors import AclError
-from ..mdl import format as fmt
-from ..mdl.shapes import dynamic_from_wire, max_input_shapes, output_specs, resolve_input_shapes
+from ..mdl import format as fmt, limits
+from ..mdl.shapes import dynamic_from_wire, infer_shapes, max_input_shapes, resolve_input_shapes
 from .executor import Executor
 
 
@@ -26,21 +26,32 @@ def _io_desc(info: fmt.ValueInfo, shape) -> dict:
             "dims": list(info.shape), "size": size}
 
 
-def describe(model: fmt.ModelDef) -> dict:
+def _parse_fail(where: str, message: str):
+    raise AclError(AclErrorCode.ACL_ERROR_PARSE_MODEL, f"parse model: {where}: {message}")
+
+
+def describe(model: fmt.ModelDef, capacity: int | None = None) -> dict:
     """The msgpack-able description the host's ``get_desc`` serves.
 
     ``dims`` are the declared dims (-1 for dynamic ones); ``size`` is what the host must allocate:
     the size at the largest batch gear for a dynamic-batch model, 0 when a dim is unbounded.
+    With ``capacity`` (the card's HBM bytes), a model whose inputs, outputs or intermediates at
+    those shapes cannot fit the card is refused here, before any size reaches the wire.
     """
     in_shapes = max_input_shapes(model)
-    out_shapes = None
-    if in_shapes is not None:
-        try:
-            out_shapes = [s.shape for s in output_specs(model, in_shapes)]
-        except AclError as exc:  # e.g. a fixed Reshape that only fits some of the gears
-            raise AclError(AclErrorCode.ACL_ERROR_PARSE_MODEL,
-                           f"parse model: model {model.name!r} cannot run at its largest input shapes "
-                           f"{[list(s) for s in in_shapes]}: {exc.message}") from None
+    declared = [v.shape for v in model.inputs]
+    try:  # unbounded dims: the symbolic shapes (-1 counts as 1 in the capacity check)
+        if model.specs is not None and in_shapes in (None, declared):
+            specs = model.specs  # what parse inferred at exactly these shapes
+        else:
+            specs = infer_shapes(model, in_shapes if in_shapes is not None else declared)
+    except AclError as exc:  # e.g. a fixed Reshape that only fits some of the gears
+        raise AclError(AclErrorCode.ACL_ERROR_PARSE_MODEL,
+                       f"parse model: model {model.name!r} cannot run at its largest input shapes "
+                       f"{[list(s) for s in in_shapes or ()]}: {exc.message}") from None
+    if capacity is not None:
+        limits.check_fits_card(model, specs, capacity, _parse_fail)
+    out_shapes = None if in_shapes is None else [specs[v.name].shape for v in model.outputs]
     return {
         "name": model.name,
         "inputs": [_io_desc(v, None if in_shapes is None else in_shapes[i]) for i, v in enumerate(model.inputs)],
@@ -66,7 +77,7 @@ class ModelStore:
     def load(self, data: bytes, owner) -> tuple[int, dict]:
         """Parse, copy the weights into card memory, return ``(model_id, desc)``."""
         model = fmt.parse(data)
-        desc = describe(model)
+        desc = describe(model, self.memory.capacity)
         ptrs: list[int] = []
         weights: dict[str, np.ndarray] = {}
         try:
@@ -84,7 +95,7 @@ class ModelStore:
                 self.memory.free(ptr, owner=owner)
             raise
         model_id = next(self._ids)
-        self._models[model_id] = _Loaded(model, owner, ptrs, Executor(model, weights))
+        self._models[model_id] = _Loaded(model, owner, ptrs, Executor(model, weights, max_bytes=self.memory.capacity))
         return model_id, desc
 
     def _get(self, model_id, owner=None, what: str = "execute") -> _Loaded:

@@ -19,6 +19,7 @@ from ..card.peers import Peers
 from ..config import Config
 from ..constants import AclErrorCode as E
 from ..errors import AclError
+from ..files import FileRefused, private_dir
 from ..wire.channel import LocalTransport, SocketTransport, socket_path
 
 def card_wait() -> float:
@@ -85,13 +86,21 @@ class SocketDirCards:
                                f"card {index} of node {self.node} is not running (no socket at {path} after "
                                f"{wait:g} s; did the job end or the card fail to start?)")
             time.sleep(0.02)
+        self._check_dir()
         while True:
             try:
-                return SocketTransport(path, on_message, on_close)
+                return SocketTransport(path, on_message, on_close)     # presents the key beside the sockets
             except ConnectionRefusedError:      # bound but not listening yet
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(0.02)
+
+    def _check_dir(self) -> None:
+        """The socket directory must be ours and private (not a squatter's, not a link): the key is read there."""
+        try:
+            private_dir(self.dir, "card socket directory", create=False)
+        except FileRefused as e:
+            raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, e.message) from None
 
     def close(self) -> None:
         pass

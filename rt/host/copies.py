@@ -19,7 +19,7 @@ from .hostmem import HostBuffer, pinned_region
 from .memory import ctx_for_ptr, device_where
 from .racecheck import RACE, dev, host
 from .runtime import RUNTIME, Context
-from .streams import stream_handle
+from .streams import current_stream
 
 INLINE_MAX = 64 << 10          # pageable copies up to this size travel inside the message
 
@@ -215,7 +215,7 @@ def memcpy_async(dst, dst_max: int, src, count: int, kind: int, stream=None) -> 
     call = "memcpy_async"
     _check_counts(call, dst_max, count)
     kind = _infer_kind(dst, src, kind, call)
-    st = stream_handle(stream, call)
+    st = current_stream(stream, call)
     ctx, cl = st.ctx, st.ctx.client
     if kind == MemcpyKind.ACL_MEMCPY_HOST_TO_HOST:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: host-to-host copies are synchronous; use memcpy")
@@ -280,7 +280,7 @@ def memset_async(ptr: int, max_count: int, value: int, count: int, stream=None) 
     _check_counts(call, max_count, count)
     _memset_value(call, value)
     device_where(ptr, call, "ptr")
-    st = stream_handle(stream, call)
+    st = current_stream(stream, call)
     if count:
         st.ctx.client.submit(st.id, "memset", ptr, int(value), count)
         if RACE.on():
@@ -289,4 +289,4 @@ def memset_async(ptr: int, max_count: int, value: int, count: int, stream=None) 
 
 def _memset_value(call, value):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= 255:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: value must be a byte (0..255), got {value!r}")
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: value must be a byte (0..255), got {args.shown(value)}")

@@ -129,7 +129,8 @@ def device_enable_peer_access(peer: int, flags: int = 0) -> None:
     ctx = RUNTIME.require_current("device_enable_peer_access")
     RUNTIME.physical(peer)
     if not args.is_int(flags) or flags != 0:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"device_enable_peer_access: flags must be 0, got {flags!r}")
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"device_enable_peer_access: flags must be 0, got "
+                                                  f"{args.shown(flags)}")
     if peer == ctx.device:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"device_enable_peer_access: peer {peer} is the current device")
 
@@ -144,7 +145,10 @@ def create_context(device: int) -> Context:
 
 def destroy_context(ctx: Context) -> None:
     if not isinstance(ctx, Context):
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"destroy_context: {ctx!r} is not a context")
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"destroy_context: {args.shown(ctx)} is not a context")
+    if ctx.destroyed:                   # a second destroy is the program's bug: CANN refuses it (107002)
+        raise AclError(E.ACL_ERROR_RT_CONTEXT_NULL, f"destroy_context: the context of {ctx.name} was destroyed "
+                                                    f"already")
     if ctx.default:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, "destroy_context: a device's default context is released "
                                                   "by reset_device, not destroy_context")
@@ -156,7 +160,7 @@ def destroy_context(ctx: Context) -> None:
 def set_context(ctx: Context) -> None:
     RUNTIME.require()
     if not isinstance(ctx, Context):
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"set_context: {ctx!r} is not a context")
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"set_context: {args.shown(ctx)} is not a context")
     ctx.check()
     RUNTIME.set_current(ctx)
 

@@ -15,6 +15,8 @@ import threading
 
 import numpy as np
 
+from .. import memlimit
+from ..args import shown
 from ..constants import AclErrorCode
 from ..errors import AclError
 from ..wire.segment import check_host_memory
@@ -24,7 +26,8 @@ _ids = itertools.count(1)
 
 class PinnedBudget:
     """How much pinned host memory this process may hold: ``limit`` bytes (the config's
-    ``[host] pinned_limit_bytes``; 0 = half of the machine's RAM), never more than the host has free."""
+    ``[host] pinned_limit_bytes``; 0 = half of the machine's RAM, or of the memory cgroup's limit in a
+    container), never more than the host (or the cgroup) has free."""
 
     def __init__(self):
         self.limit = 0
@@ -34,8 +37,7 @@ class PinnedBudget:
     def effective_limit(self) -> int:
         if self.limit:
             return self.limit
-        import psutil
-        return psutil.virtual_memory().total // 2
+        return memlimit.budget().total // 2
 
     def reserve(self, size: int, what: str) -> None:
         with self._lock:
@@ -59,8 +61,9 @@ class HostBuffer(mmap.mmap):
     """A pinned host buffer returned by ``rt.malloc_host``; free it with ``rt.free_host``."""
 
     def __new__(cls, size: int):
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size <= 0:
-            raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, f"malloc_host: size {size!r} must be a positive int")
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 0 < size < 1 << 63:
+            raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM,
+                           f"malloc_host: size {shown(size)} must be a positive int below 2**63")
         size = int(size)
         PINNED.reserve(size, "malloc_host")
         try:

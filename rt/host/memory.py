@@ -20,7 +20,8 @@ def malloc(size: int, policy: int = 0) -> int:
     if not args.is_int(size) or size <= 0:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"malloc: size must be a positive int, got {args.shown(size)}")
     if size > args.INT64_MAX:
-        raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, f"{EL0004} malloc: out of memory: requested {int(size)} "
+        raise AclError(E.ACL_ERROR_RT_MEMORY_ALLOCATION, f"{EL0004} malloc: out of memory: requested "
+                                                         f"{args.shown(int(size))} "
                                                          f"bytes, far beyond the card's {RUNTIME.cfg.hbm_bytes}-byte "
                                                          f"capacity")
     policy = args.integer(policy, "malloc", "policy", hi=(1 << 32) - 1)

@@ -34,7 +34,7 @@ import threading
 import time
 import traceback
 
-from .. import callsite
+from .. import args, callsite
 from ..errors import HcclError, NpuError
 from ..wire import client as wire_client
 
@@ -75,6 +75,7 @@ class Recorder:
         self.profile_dir: str | None = None
         self.clients: dict[int, object] = {}          # id(client) -> client, every card this process used
         self.saved_logs: dict[str, list] = {}         # card name -> task log fetched before its release
+        self.released: set[int] = set()               # id(client) of contexts destroyed: never asked again
         self.reasons: list[str] = []
         self.exception: str | None = None
         self.rank: int | None = None
@@ -212,7 +213,7 @@ class Recorder:
         a card that is gone or does not answer within CARD_QUERY_TIMEOUT, as an earlier dump or the context's
         release last saw it (a SIGTERM after the process released its cards must not lose what they said)."""
         for client in list(self.clients.values()):
-            if getattr(client, "lost", True):
+            if getattr(client, "lost", True) or id(client) in self.released:
                 continue
             try:
                 self._merge(client.name, client.call("trace_tasks", timeout=CARD_QUERY_TIMEOUT))
@@ -227,7 +228,9 @@ class Recorder:
         self.saved_logs[card] = [now, {**(old[1] if old else {}), **per_stream}]
 
     def save_logs(self, client) -> None:
-        """Before a context goes: keep its card's task log (when dumps or profiles may still want it)."""
+        """Before a context goes: keep its card's task log (when dumps or profiles may still want it). A later
+        dump does not ask the closed channel again (each try would wait for a card that cannot answer)."""
+        self.released.add(id(client))
         if id(client) not in self.clients or client.lost or not (self.profile_dir or self.directory()):
             return
         try:
@@ -400,12 +403,12 @@ def dump(path: str | None = None, reason: str = "on demand") -> str | None:
     from ..errors import AclError
     if path is not None:
         if isinstance(path, bytes) or not isinstance(path, (str, os.PathLike)) or "\0" in os.fspath(path):
-            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"trace_dump: path {path!r} is not a file path")
+            raise AclError(E.ACL_ERROR_INVALID_PARAM, f"trace_dump: path {args.shown(path)} is not a file path")
         path = os.fspath(path)
     elif RECORDER.directory() is None:
         path = os.path.join(os.getcwd(), f"trace_rank{RECORDER.rank_label()}.json")
     if not isinstance(reason, str):
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"trace_dump: reason {reason!r} is not a str")
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"trace_dump: reason {args.shown(reason)} is not a str")
     written = RECORDER.dump(reason, path)
     if written is None:
         raise AclError(E.ACL_ERROR_WRITE_FILE, f"trace_dump: cannot write {path or RECORDER.directory()} "

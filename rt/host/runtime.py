@@ -20,7 +20,7 @@ import threading
 import traceback
 import warnings
 
-from .. import errors, slog
+from .. import args, errors, slog
 from ..config import Config, load_config
 from ..constants import AclErrorCode as E
 from ..errors import AclError
@@ -175,7 +175,7 @@ class Runtime:
             vis = os.environ.get("ASCEND_RT_VISIBLE_DEVICES")
             extra = f" (ASCEND_RT_VISIBLE_DEVICES={vis!r})" if vis is not None else ""
             raise AclError(E.ACL_ERROR_RT_INVALID_DEVICEID,
-                           f"invalid device id {device!r}: this process sees {len(self.visible)} device(s), "
+                           f"invalid device id {args.shown(device)}: this process sees {len(self.visible)} device(s), "
                            f"valid ids are 0..{len(self.visible) - 1}{extra}")
         return self.visible[device]
 

@@ -36,12 +36,23 @@ def stream_handle(stream, call) -> Stream:
     return _live(stream, Stream, call, "a stream (use rt.create_stream())")
 
 
+def current_stream(stream, call) -> Stream:
+    """``stream_handle`` for work enqueued on behalf of the current context: a stream of another card would
+    run it on the wrong card, so CANN refuses it (107003, "stream not in current context")."""
+    st = stream_handle(stream, call)
+    cur = RUNTIME.current
+    if cur is not None and (st.ctx.node, st.ctx.physical) != (cur.node, cur.physical):
+        raise AclError(E.ACL_ERROR_RT_STREAM_CONTEXT, f"{call}: {st!r} is not on the current context's card "
+                                                      f"({cur.name}); use a stream created on this card")
+    return st
+
+
 def _live(handle, cls, call, what):
     """``handle`` if it is a ``cls`` that is not destroyed (nor its context); else the ACL error."""
     if not isinstance(handle, cls):
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {handle!r} is not {what}")
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {args.shown(handle)} is not {what}")
     if handle.destroyed or handle.ctx.destroyed:
-        raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"{call}: {handle!r} was destroyed")
+        raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"{call}: {args.shown(handle)} was destroyed")
     return handle
 
 
@@ -93,7 +104,8 @@ def synchronize_stream_with_timeout(stream, timeout_ms: int) -> None:
     """As synchronize_stream, but raises 507046 after ``timeout_ms`` (-1: no limit, 0: check now)."""
     st = stream_handle(stream, "synchronize_stream_with_timeout")
     if not args.is_int(timeout_ms) or not -1 <= timeout_ms < 1 << 31:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"synchronize_stream_with_timeout: timeout {timeout_ms!r} must be "
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"synchronize_stream_with_timeout: timeout "
+                                                  f"{args.shown(timeout_ms)} must be "
                                                   f"-1, 0 or a positive number of milliseconds")
     if timeout_ms == -1:
         return synchronize_stream(st)
@@ -243,7 +255,7 @@ def launch_callback(fn, user_data=None, block=True, stream=None) -> None:
     if not callable(fn):
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"launch_callback: fn {args.shown(fn)} is not callable")
     block = args.flag(block, "launch_callback", "block")
-    st = stream_handle(stream, "launch_callback")
+    st = current_stream(stream, "launch_callback")
     cb = st.ctx.add_callback(fn, user_data)
     timeout = float(RUNTIME.cfg.exec_timeout) if RUNTIME.cfg else 1836.0
     st.ctx.client.submit(st.id, "callback", cb, block, timeout)

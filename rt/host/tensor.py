@@ -19,7 +19,7 @@ from .streams import synchronize_device
 from .memory import free, malloc
 from .runtime import RUNTIME
 from .racecheck import RACE, dev
-from .streams import stream_handle
+from .streams import current_stream
 
 
 class Tensor:
@@ -186,7 +186,7 @@ def kernel(arg=None):
 
 def launch_kernel(op, inputs, outputs, attrs=None, stream=None) -> None:
     """Enqueue kernel ``op`` (a built-in name or an ``@rt.kernel``) on ``stream``; returns at once."""
-    st = stream_handle(stream, "launch_kernel")
+    st = current_stream(stream, "launch_kernel")
     inputs = args.sequence(inputs, "launch_kernel", "inputs")
     outputs = args.sequence(outputs, "launch_kernel", "outputs")
     if attrs is not None and not isinstance(attrs, dict):
@@ -208,7 +208,8 @@ def launch_kernel(op, inputs, outputs, attrs=None, stream=None) -> None:
         name = opdef.name
         registry.infer(name, [t.spec() for t in inputs], attrs)   # shape/dtype errors before launch
     else:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"launch_kernel: op {op!r} is neither a kernel name nor @rt.kernel")
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"launch_kernel: op {args.shown(op)} is neither a kernel name "
+                                                  f"nor @rt.kernel")
     st.ctx.client.submit(st.id, "kernel", name, [t.wire() for t in inputs], [t.wire() for t in outputs], attrs)
     if RACE.on():
         outs = [dev(t.ptr, t.nbytes) for t in outputs]
@@ -219,5 +220,5 @@ def launch_kernel(op, inputs, outputs, attrs=None, stream=None) -> None:
 def sleep_kernel(seconds: float, stream=None) -> None:
     """Occupy ``stream`` on the card for ``seconds`` (a stand-in for a long kernel in tests and demos)."""
     seconds = args.number(seconds, "sleep_kernel", "seconds", hi=86400.0)
-    st = stream_handle(stream, "sleep_kernel")
+    st = current_stream(stream, "sleep_kernel")
     st.ctx.client.submit(st.id, "sleep", seconds)

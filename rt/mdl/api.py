@@ -85,7 +85,7 @@ def _model(model_id, what: str) -> _HostModel:
     with _lock:
         m = _models.get(model_id) if isinstance(model_id, int) else None
     if m is None:
-        raise AclError(AclErrorCode.ACL_ERROR_INVALID_MODEL_ID, f"{what}: model id {model_id!r} is not loaded in this process")
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_MODEL_ID, f"{what}: model id {args.shown(model_id)} is not loaded in this process")
     return m
 
 
@@ -112,7 +112,7 @@ def set_dynamic_batch_size(model_id: int, dataset: Dataset, index: int, batch: i
         raise AclError(AclErrorCode.ACL_ERROR_MODEL_NOT_DYNAMIC,
                        f"set_dynamic_batch_size: model {m.desc.name!r} has no dynamic batch")
     if not args.is_int(batch) or batch not in m.shapes.batch_sizes:
-        raise AclError(INVALID, f"set_dynamic_batch_size: batch {batch!r} is not one of the model's gears "
+        raise AclError(INVALID, f"set_dynamic_batch_size: batch {args.shown(batch)} is not one of the model's gears "
                                 f"{list(m.shapes.batch_sizes)}")
     dataset.batch = int(batch)
 
@@ -124,11 +124,8 @@ def set_input_dynamic_dims(model_id: int, dataset: Dataset, index: int, dims) ->
     declared = _io(m.desc, index, "input", "set_input_dynamic_dims")["dims"]
     if isinstance(dims, dict):
         dims = dims.get("dims")
-    try:
-        dims = [int(d) for d in dims]
-    except (TypeError, ValueError):
-        raise AclError(INVALID, f"set_input_dynamic_dims: dims {dims!r} is not a list of ints") from None
-    if len(dims) != len(declared) or any(d < 0 or w not in (-1, d) for d, w in zip(dims, declared)):
+    dims = args.int_list(dims, "set_input_dynamic_dims", "dims", lo=0, hi=fmt.MAX_DIM)  # 2.5 / inf / "3" refused
+    if len(dims) != len(declared) or any(w not in (-1, d) for d, w in zip(dims, declared)):
         raise AclError(INVALID, f"set_input_dynamic_dims: dims {dims} do not fit input {index}'s declared dims {declared}")
     dataset.dims[index] = dims
 

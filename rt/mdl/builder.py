@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import args
 from ..constants import AclErrorCode
 from ..dtypes import np_dtype
 from ..errors import AclError
+from ..files import FileRefused, check_path
 from ..kernels import registry
-from . import format as fmt
+from . import format as fmt, limits
 from .shapes import infer_shapes, resolve_input_shapes
 
 INVALID = AclErrorCode.ACL_ERROR_INVALID_PARAM
@@ -58,12 +60,21 @@ def _attr(key: str, value, depth: int = 0):
         value = value.item()
     if isinstance(value, np.ndarray):
         value = value.tolist()
+    if isinstance(value, int) and not isinstance(value, bool) and not -(1 << 63) <= value < 1 << 63:
+        raise AclError(INVALID, f"GraphBuilder.op: attribute {key}={args.shown(value)} does not fit int64")
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)) and depth < fmt.MAX_ATTR_DEPTH:
         return [_attr(key, v, depth + 1) for v in value]
     raise AclError(INVALID, f"GraphBuilder.op: attribute {key}={value!r} is not a number, string, bool "
                             f"or a (nested, at most {fmt.MAX_ATTR_DEPTH} levels) list of them")
+
+
+def _refuse(call: str):
+    """A ``fail(where, message)`` for the shared limit checks that raises the builder's code."""
+    def fail(where: str, message: str):
+        raise AclError(INVALID, f"{call}: {where}: {message}")
+    return fail
 
 
 def _check_name(what: str, name) -> str:
@@ -97,11 +108,13 @@ class GraphBuilder:
     def input(self, name: str, dtype, shape) -> Value:
         """Declare a model input; ``-1`` in ``shape`` is a dynamic dim."""
         self._claim("input", name)
-        shape = tuple(shape)
-        if len(shape) > fmt.MAX_RANK or not all(isinstance(d, (int, np.integer)) and -1 <= d <= fmt.MAX_DIM for d in shape):
-            raise AclError(INVALID, f"GraphBuilder.input({name!r}): shape {list(shape)} must be at most "
-                                    f"{fmt.MAX_RANK} ints, each -1 (dynamic) or 0..{fmt.MAX_DIM}")
-        value = Value(self, name, registry.TensorSpec(shape, np_dtype(dtype)), "input")
+        call = f"GraphBuilder.input({name!r})"
+        shape = tuple(args.int_list(shape, call, "shape", lo=-1, hi=fmt.MAX_DIM))
+        if len(shape) > fmt.MAX_RANK:
+            raise AclError(INVALID, f"{call}: shape {list(shape)} has {len(shape)} dims, at most {fmt.MAX_RANK} allowed")
+        dtype = np_dtype(dtype)
+        limits.check_tensor("input", name, shape, dtype, limits.MAX_TENSOR_BYTES, _refuse(call))
+        value = Value(self, name, registry.TensorSpec(shape, dtype), "input")
         self._values[name] = value
         self._inputs.append(value)
         return value
@@ -121,8 +134,9 @@ class GraphBuilder:
 
     def op(self, op_type: str, inputs, *, outputs=None, name: str | None = None, **attrs):
         """Apply an op; returns its output Value, or a tuple of Values for several outputs."""
-        opdef = registry.get_op(op_type)
-        inputs = list(inputs)
+        call = f"GraphBuilder.op({args.shown(op_type)})"
+        opdef = registry.get_op(args.text(op_type, call, "op_type"))
+        inputs = args.sequence(inputs, call, "inputs")
         for i, v in enumerate(inputs):
             if not isinstance(v, Value) or v.graph is not self:
                 raise AclError(INVALID, f"GraphBuilder.op({op_type}): input {i} is {v!r}, "
@@ -134,14 +148,13 @@ class GraphBuilder:
             name = f"{opdef.name}_{len(self._nodes)}"
             while name in self._node_names:
                 name += "_"
-        elif name in self._node_names:
+        elif _check_name("op", name) in self._node_names:
             raise AclError(INVALID, f"GraphBuilder.op({op_type}): node name {name!r} is already used")
-        _check_name("op", name)
         if outputs is None:
             out_names = [name] if len(specs) == 1 else [f"{name}:{i}" for i in range(len(specs))]
             kind = "node"
         else:
-            out_names = [outputs] if isinstance(outputs, str) else list(outputs)
+            out_names = [outputs] if isinstance(outputs, str) else args.sequence(outputs, call, "outputs")
             kind = "named"
             if len(out_names) != len(specs):
                 raise AclError(INVALID, f"GraphBuilder.op({op_type}): outputs={out_names} names "
@@ -181,9 +194,8 @@ class GraphBuilder:
 
     def set_dynamic_batch(self, batch_sizes) -> None:
         """Make dim 0 (declared -1) of the inputs a dynamic batch chosen per execution from these gears."""
-        sizes = tuple(int(b) for b in batch_sizes)
-        if not 1 <= len(sizes) <= fmt.MAX_BATCH_GEARS or len(set(sizes)) != len(sizes) \
-                or not all(1 <= b <= fmt.MAX_DIM for b in sizes):
+        sizes = tuple(args.int_list(batch_sizes, "GraphBuilder.set_dynamic_batch", "batch_sizes", lo=1, hi=fmt.MAX_DIM))
+        if not 1 <= len(sizes) <= fmt.MAX_BATCH_GEARS or len(set(sizes)) != len(sizes):
             raise AclError(INVALID, f"GraphBuilder.set_dynamic_batch: {list(sizes)} must be 1..{fmt.MAX_BATCH_GEARS} "
                                     f"distinct positive batch sizes")
         self._batch_sizes = sizes
@@ -194,6 +206,9 @@ class GraphBuilder:
         """The finished, validated model."""
         if not self._outputs:
             raise AclError(INVALID, f"GraphBuilder.build: model {self.name!r} has no outputs; call g.output(name, value)")
+        # the loader's graph-size caps: a model built here must load
+        limits.check_counts({"inputs": self._inputs, "outputs": self._outputs, "nodes": self._nodes,
+                             "weights": self._weights}, _refuse("GraphBuilder.build"))
         inputs = tuple(fmt.ValueInfo(v.name, v.dtype, v.shape) for v in self._inputs)
         if self._batch_sizes:
             def fail(where, message):
@@ -222,6 +237,14 @@ class GraphBuilder:
 
     def save(self, path) -> None:
         """Write the model file (``.om`` by convention)."""
+        try:
+            text = check_path(path, "GraphBuilder.save")
+        except FileRefused as e:
+            raise AclError(INVALID, e.message) from None
         data = self.serialize()
-        with open(path, "wb") as f:
-            f.write(data)
+        try:
+            with open(text, "wb") as f:
+                f.write(data)
+        except OSError as e:  # a directory, a missing parent, no permission, a full disk
+            raise AclError(AclErrorCode.ACL_ERROR_WRITE_FILE,
+                           f"GraphBuilder.save: cannot write {text!r}: {e.strerror or e}") from None

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 
+from .. import args
+from ..host.procmaps import unmapped
+from ..addresses import decode_addr
 from ..constants import AclErrorCode
 from ..errors import AclError
 from .desc import _is_index
@@ -35,20 +38,26 @@ class Dataset:
 
 def _check_buffer(buf, what: str) -> DataBuffer:
     if not isinstance(buf, DataBuffer) or buf.destroyed:
-        raise AclError(INVALID, f"{what}: {buf!r} is not a live data buffer (create_data_buffer)")
+        raise AclError(INVALID, f"{what}: {args.shown(buf)} is not a live data buffer (create_data_buffer)")
     return buf
 
 
 def _check_dataset(ds, what: str) -> Dataset:
     if not isinstance(ds, Dataset) or ds.destroyed:
-        raise AclError(INVALID, f"{what}: {ds!r} is not a live dataset (create_dataset)")
+        raise AclError(INVALID, f"{what}: {args.shown(ds)} is not a live dataset (create_dataset)")
     return ds
 
 
 def _check_ptr_size(ptr, size, what: str) -> None:
+    """A device address (or 0, the empty buffer) and a size that fits CANN's size_t / int64 fields."""
     for name, v in (("ptr", ptr), ("size", size)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise AclError(INVALID, f"{what}: {name}={v!r}, expected a non-negative int")
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= args.INT64_MAX:
+            raise AclError(INVALID, f"{what}: {name}={args.shown(v)}, expected an int in [0, {args.INT64_MAX}]")
+    if ptr and decode_addr(ptr) is None and unmapped(ptr, 1, write=False) is None:
+        # memory of this process: a model reads and writes device memory only (an address that is neither
+        # fails at execute, as on CANN)
+        raise AclError(INVALID, f"{what}: ptr {ptr:#x} is host memory of this process, not a device address "
+                                f"(rt.malloc); model inputs and outputs live in device memory")
 
 
 def create_data_buffer(ptr: int, size: int) -> DataBuffer:
@@ -96,7 +105,7 @@ def get_dataset_num_buffers(ds: Dataset) -> int:
 def get_dataset_buffer(ds: Dataset, i: int) -> DataBuffer:
     buffers = _check_dataset(ds, "get_dataset_buffer").buffers
     if not _is_index(i) or not 0 <= i < len(buffers):
-        raise AclError(INVALID, f"get_dataset_buffer: index {i!r} out of range, dataset has {len(buffers)} buffers")
+        raise AclError(INVALID, f"get_dataset_buffer: index {args.shown(i)} out of range, dataset has {len(buffers)} buffers")
     return buffers[i]
 
 

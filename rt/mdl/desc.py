@@ -36,7 +36,7 @@ def _io(desc: ModelDesc, i, which: str, what: str) -> dict:
     _desc(desc, what)
     items = desc.inputs if which == "input" else desc.outputs
     if not _is_index(i) or not 0 <= i < len(items):
-        raise AclError(INVALID, f"{what}: index {i!r} out of range, model {desc.name!r} has {len(items)} {which}s")
+        raise AclError(INVALID, f"{what}: index {args.shown(i)} out of range, model {desc.name!r} has {len(items)} {which}s")
     return items[i]
 
 
@@ -121,7 +121,7 @@ def get_input_index_by_name(desc: ModelDesc, name: str) -> int:
     for i, item in enumerate(_desc(desc, "get_input_index_by_name").inputs):
         if item["name"] == name:
             return i
-    raise AclError(INVALID, f"get_input_index_by_name: model {desc.name!r} has no input {name!r} "
+    raise AclError(INVALID, f"get_input_index_by_name: model {desc.name!r} has no input {args.shown(name)} "
                             f"(inputs: {[x['name'] for x in desc.inputs]})")
 
 
@@ -130,7 +130,7 @@ def get_output_index_by_name(desc: ModelDesc, name: str) -> int:
     for i, item in enumerate(_desc(desc, "get_output_index_by_name").outputs):
         if item["name"] == name:
             return i
-    raise AclError(INVALID, f"get_output_index_by_name: model {desc.name!r} has no output {name!r} "
+    raise AclError(INVALID, f"get_output_index_by_name: model {desc.name!r} has no output {args.shown(name)} "
                             f"(outputs: {[x['name'] for x in desc.outputs]})")
 
 

@@ -4,7 +4,8 @@ A model file is one msgpack map (see ``docs/model_format.md``). :func:`parse` tr
 hostile data: msgpack is decoded with every container and string bounded by the input length and
 absolute caps, no extension types, no pickle/eval/import; every field's type is checked; the graph
 is checked (known ops, no dangling or doubly produced values, no cycles) and shape inference is
-re-run over it so the declared outputs must agree with what the ops compute. Anything wrong fails
+re-run over it so the declared outputs must agree with what the ops compute; the work and memory a
+file can cause are bounded by the caps in ``limits.py`` (items, nodes, declared bytes). Anything wrong fails
 with ``AclError`` 100003 (not a model file), 100012 (undecodable bytes) or 100013 (malformed
 model), with a message naming the offending field or node.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import math
 
 import msgpack
@@ -23,6 +25,8 @@ from ..dtypes import NP_TO_ACL
 from ..errors import AclError
 from ..files import FileRefused, read_regular_file
 from ..kernels import registry
+from . import limits
+from .model import ModelDef, Node, ValueInfo, Weight  # noqa: F401  (re-exported: fmt.ModelDef)
 
 FORMAT_TAG = "npusim-om"
 FORMAT_VERSION = 1
@@ -30,7 +34,7 @@ FORMAT_VERSION = 1
 # Absolute caps: far above any sane model, far below anything that could exhaust the host.
 MAX_MODEL_BYTES = 4 << 30  # a model file (weights included)
 MAX_STR_LEN = 1 << 16  # names, op types, string attrs
-MAX_ARRAY_LEN = 1 << 20  # nodes, weights, attribute lists
+MAX_ARRAY_LEN = 1 << 20  # any one array (nodes, weights, attribute lists; see limits.py for the graph caps)
 MAX_MAP_LEN = 1 << 12  # attrs of one node, top-level keys
 MAX_RANK = 32  # dims per tensor
 MAX_DIM = (1 << 31) - 1  # one dimension
@@ -42,68 +46,6 @@ DTYPES: dict[str, np.dtype] = {str(dt): dt for dt in NP_TO_ACL}
 
 PARSE = AclErrorCode.ACL_ERROR_PARSE_MODEL
 ATC_MAGIC = b"IMOD"       # an ATC .om's ModelFileHeader starts with magic 0x444F4D49, little-endian
-
-
-@dataclasses.dataclass(frozen=True)
-class ValueInfo:
-    """A model input or output: name, dtype and shape (-1 marks a dynamic dim)."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int, ...]
-
-    @property
-    def spec(self) -> registry.TensorSpec:
-        return registry.TensorSpec(self.shape, self.dtype)
-
-
-@dataclasses.dataclass(frozen=True)
-class Node:
-    """One operator application: ONNX op type, node name, value names in and out, attributes."""
-
-    op: str
-    name: str
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    attrs: dict
-
-
-@dataclasses.dataclass(frozen=True)
-class Weight:
-    """A constant tensor stored in the file as raw little-endian bytes."""
-
-    name: str
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    data: bytes
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
-
-    @property
-    def spec(self) -> registry.TensorSpec:
-        return registry.TensorSpec(self.shape, self.dtype)
-
-    def array(self) -> np.ndarray:
-        """A read-only numpy view of the weight bytes."""
-        return np.frombuffer(self.data, dtype=self.dtype).reshape(self.shape)
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelDef:
-    """A parsed model. ``nodes`` are in topological order after :func:`parse`."""
-
-    name: str
-    inputs: tuple[ValueInfo, ...]
-    outputs: tuple[ValueInfo, ...]
-    nodes: tuple[Node, ...]
-    weights: tuple[Weight, ...]
-    batch_sizes: tuple[int, ...] = ()  # dynamic-batch gears; empty = not a dynamic-batch model
-
-    @property
-    def weight_bytes(self) -> int:
-        return sum(w.nbytes for w in self.weights)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -177,12 +119,17 @@ def decode(data) -> dict:
     if n == 0 or n > MAX_MODEL_BYTES:
         raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
                        f"load model: model size {n} bytes is outside 1..{MAX_MODEL_BYTES}")
+    budget = limits.ItemBudget()
     try:
         doc = msgpack.unpackb(
             data, raw=False, strict_map_key=True, use_list=True, ext_hook=_no_ext, timestamp=0,
+            list_hook=budget.list_hook, object_hook=budget.object_hook,
             # no container can hold more items than there are bytes, and none is absurdly long
             max_bin_len=n, max_str_len=min(n, MAX_STR_LEN), max_array_len=min(n, MAX_ARRAY_LEN),
             max_map_len=min(n, MAX_MAP_LEN), max_ext_len=0)
+    except limits.TooManyItems as exc:
+        raise AclError(PARSE, f"load model: {exc}, more than any model needs "
+                              f"(at most {limits.MAX_NODES} nodes)") from None
     except Exception as exc:  # msgpack raises ValueError, its own exceptions, RecursionError...
         raise AclError(AclErrorCode.ACL_ERROR_DESERIALIZE_MODEL,
                        f"load model: bytes are not a valid npusim-om (msgpack) document: {type(exc).__name__}: {exc}") from None
@@ -314,7 +261,20 @@ def check_batch_inputs(inputs, where: str, fail) -> None:
 
 def parse(data) -> ModelDef:
     """Decode and fully validate npusim-om bytes; the result is safe to load and execute."""
+    # A model is tens of thousands of small objects and none of them cyclic garbage: the cyclic
+    # collector's passes over the growing heap would triple the parse time of a large graph.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse(data)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _parse(data) -> ModelDef:
     doc = decode(data)
+    limits.check_counts(doc, _fail)
     version = doc.get("version")
     if version != FORMAT_VERSION:
         _fail("model", f"version is {_short(version)}, this runtime reads version {FORMAT_VERSION}")
@@ -335,7 +295,10 @@ def check_graph(model: ModelDef) -> ModelDef:
     specs: dict[str, registry.TensorSpec] = {}
     for v in model.inputs:
         _produce(producer, v.name, f"input {v.name!r}")
+        limits.check_tensor("input", v.name, v.shape, v.dtype, limits.MAX_TENSOR_BYTES, _fail)
         specs[v.name] = v.spec
+    for v in model.outputs:  # checked before inference runs: the declared dims alone may be absurd
+        limits.check_tensor("output", v.name, v.shape, v.dtype, limits.MAX_TENSOR_BYTES, _fail)
     for w in model.weights:
         _produce(producer, w.name, f"weight {w.name!r}")
         specs[w.name] = w.spec
@@ -358,8 +321,7 @@ def check_graph(model: ModelDef) -> ModelDef:
     ordered = topological_order(model.nodes, specs.keys())
     for node in ordered:
         where = f"node {node.name!r} ({node.op})"
-        try:
-            registry.get_op(node.op)
+        try:  # an unknown op fails inside infer, with the op-not-found message
             got = registry.infer(node.op, [specs[v] for v in node.inputs], node.attrs)
         except AclError as exc:
             _fail(where, exc.message)
@@ -367,13 +329,16 @@ def check_graph(model: ModelDef) -> ModelDef:
             _fail(where, f"shape inference failed: {type(exc).__name__}: {exc}")
         if len(got) != len(node.outputs):
             _fail(where, f"declares {len(node.outputs)} outputs, the op produces {len(got)}")
+        for out, spec in zip(node.outputs, got):  # e.g. an Expand or Reshape to absurd dims
+            limits.check_tensor(f"node {node.name!r} output", out, spec.shape, spec.dtype, limits.MAX_TENSOR_BYTES,
+                                _fail)
         specs.update(zip(node.outputs, got))
     for v in model.outputs:
         have = specs[v.name]
         if have.dtype != v.dtype or have.shape != v.shape:
             _fail(f"output {v.name!r}", f"declared {v.dtype}{list(v.shape)} but the graph computes "
                                         f"{have.dtype}{list(have.shape)} ({producer[v.name]})")
-    return dataclasses.replace(model, nodes=tuple(ordered))
+    return dataclasses.replace(model, nodes=tuple(ordered), specs=specs)
 
 
 def _produce(producer: dict, value: str, by: str) -> None:

@@ -11,6 +11,7 @@ import time
 import ray
 
 BOARD_NAME = "npusim-board"        # one per job, in the job's Ray namespace
+MAX_JOIN_WAIT = 86400.0            # a day: far past any valid HCCL_CONNECT_TIMEOUT
 
 
 @ray.remote(num_cpus=0, max_concurrency=256)
@@ -24,7 +25,9 @@ class JobBoard:
 
     def join(self, key: str, count: int, index: int, value, timeout: float) -> dict:
         """``{"values": [...]}`` once all ``count`` joined; ``{"joined": [...]}`` on timeout; ``{"twice": True}``
-        if ``index`` already joined."""
+        if ``index`` already joined. The callers check ``timeout`` (HCCL_CONNECT_TIMEOUT, at most 7200 s); here it is
+        only kept finite and >= 0, since ``Condition.wait`` raises OverflowError for inf and nan never expires."""
+        timeout = float(min(timeout, MAX_JOIN_WAIT)) if timeout >= 0 else 0.0   # nan >= 0 is False
         deadline = time.monotonic() + timeout
         with self._cv:
             entry = self._entries.setdefault(key, {"values": {}, "left": count})
@@ -57,11 +60,13 @@ class CardActor:
     scratch (memory, streams, events, models, kernels, extensions' state, statistics), its addresses start
     past every address the last job saw, and the socket is served again — only the actor process stays."""
 
-    def __init__(self, node: int, index: int, cfg: dict, socket_dir: str, namespace: str):
+    def __init__(self, node: int, index: int, cfg: dict, socket_dir: str, namespace: str, key: bytes):
+        """``key``: the card set's key (``rt/wire/channel.py``), handed over Ray's authenticated channel; the
+        card admits only connections presenting it, and presents it to its peers."""
         from ..config import Config
         from ..wire.channel import socket_path
         self.node, self.index, self.cfg, self.namespace = node, index, Config(**cfg), namespace
-        self.socket_dir = socket_dir
+        self.socket_dir, self.key = socket_dir, bytes(key)
         self.path = socket_path(socket_dir, node, index)
         self.jobs = 0
         self._build(None)
@@ -76,11 +81,12 @@ class CardActor:
                          small_segment=c.small_segment_bytes, large_segment=c.large_segment_bytes,
                          cards_per_node=c.cards_per_node, va_start=va_start)
         self.card.peers = Peers(self.card, lambda i, on_msg, on_close: SocketTransport(
-            socket_path(self.socket_dir, self.node, i), on_msg, on_close))
+            socket_path(self.socket_dir, self.node, i), on_msg, on_close, key=self.key))
         self.card.config = c
         self.card.fabric = "ray"
         self.card.scope = self.namespace     # the job's Ray namespace: where the job's cards and hubs are named
-        self.server = CardServer(self.card, self.path, make_dir=False)   # the set's owner made (and removes) it
+        # the set's owner made (and removes) the directory
+        self.server = CardServer(self.card, self.path, make_dir=False, key=self.key)
 
     def address(self) -> str:
         return self.path

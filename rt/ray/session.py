@@ -19,9 +19,10 @@ import tempfile
 import time
 import uuid
 
-from ..config import Config
+from ..config import Config, check_object_store
 from ..constants import AclErrorCode as E
 from ..errors import AclError
+from ..files import FileRefused, private_dir
 from ..host import reaper
 
 NAMESPACE = "npusim"
@@ -44,11 +45,25 @@ def _ray():
     return ray
 
 
-def socket_root() -> str:
-    """Per-user directory holding every job's card sockets (0700)."""
+def socket_root(create: bool = True) -> str:
+    """Per-user directory holding every job's card sockets (0700). Its name is predictable, so another local
+    user may have made it first (or put a symbolic link there): such a directory is refused (AclError 507033
+    naming it, its owner and mode), never used — our sockets and keys would be theirs to rename or replace.
+    ``create=False``: the path only, checked if it exists (lookups such as ``npu-smi`` leave nothing behind)."""
     root = os.path.join(tempfile.gettempdir(), f"npusim-{os.getuid()}")
-    os.makedirs(root, mode=0o700, exist_ok=True)
+    if create or os.path.lexists(root):
+        private(root, "npusim's per-user directory",
+                "; another user may have created it to take over npusim's sockets: remove it (root, or its "
+                "owner, can), or point TMPDIR at a directory only you can write")
     return root
+
+
+def private(path: str, what: str, hint: str = "", create: bool = True) -> str:
+    """``rt.files.private_dir`` with its refusal as AclError 507033 (a job cannot set up its cards there)."""
+    try:
+        return private_dir(path, what, hint, create=create)
+    except FileRefused as e:
+        raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, e.message) from None
 
 
 def new_job_id() -> str:
@@ -69,15 +84,17 @@ def start_local_ray(cfg: Config) -> None:
     ray = _ray()
     if ray.is_initialized():
         return
+    check_object_store(cfg)          # before anything of Ray's exists: its own refusal is a traceback
     _enable_token_auth()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     token = reaper.new_tag()
     temp_dir = os.path.join(socket_root(), f"ray-{token.rsplit('-', 1)[1][:8]}")
     if len(temp_dir) > RAY_TEMP_MAX:
-        temp_dir = None                 # a long $TMPDIR: Ray's default /tmp/ray; its session dir is registered below
+        # A long $TMPDIR: Ray's default (<TMPDIR>/ray) would be too long as well. A fresh 0700 directory of ours
+        # in /tmp instead, so its session and session_latest go with it.
+        temp_dir = tempfile.mkdtemp(prefix="npusim-ray-", dir="/tmp")
     reaper.tag(token)
-    if temp_dir:
-        reaper.path(temp_dir, token)
+    reaper.path(temp_dir, token)
     with _ray_start_environment(token):
         ray.init(
             address="local",                 # never attach to some other cluster running on this machine
@@ -94,8 +111,6 @@ def start_local_ray(cfg: Config) -> None:
             _system_config=FAST_CONNECT,
         )
     node = getattr(ray._private.worker, "_global_node", None)
-    if temp_dir is None and node is not None:
-        reaper.path(node.get_session_dir_path(), token)
     reaper.processes(token, _session_processes(node))
     _started_here, _session_tag = True, token
 
@@ -260,12 +275,13 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
     """Create (or find) the card actors 0..count-1 (or ``indices``) of ``node``, pinned to Ray node ``node_id``."""
     from .actor import CardActor
     from . import pool
+    from ..wire.channel import card_key
     count = cfg.cards_per_node if count is None else count
     pool.make_room(node_id, len(indices) if indices is not None else count)   # idle warm cards yield their NPU
-    socket_dir = socket_dir or os.path.join(socket_root(), job)
-    os.makedirs(socket_dir, mode=0o700, exist_ok=True)
+    socket_dir = private(socket_dir or os.path.join(socket_root(), job), f"card socket directory of job {job!r}")
     reaper.path(socket_dir)             # removed by destroy_cards, or by the reaper if we die first
     write_owner(socket_dir, job)
+    key = card_key(socket_dir, create=True)   # what every connection to these cards must present
     # No runtime_env: with one, Ray boots every worker through its setup_worker.py shim (a second
     # interpreter importing Ray), which doubles a card's start-up CPU (0.31 -> 0.66 s measured) and
     # keeps it off the workers Ray prestarts.
@@ -276,7 +292,7 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     indices = list(range(count)) if indices is None else list(indices)
     actors = [CardActor.options(name=card_name(node, i), **opts).remote(node, i, cfg.to_dict(), socket_dir,
-                                                                     opts["namespace"])
+                                                                     opts["namespace"], key)
               for i in indices]
     from .actor import job_board
     board = job_board(opts["namespace"])  # boots beside the cards: their first rendezvous does not wait for it

@@ -4,23 +4,62 @@ Both carry the messages of ``rt/wire/protocol.py`` and may carry file descriptor
 pinned host buffers and card segments are mapped, never copied through the channel. A transport has
 ``send(msg, fds=())`` and ``close()``; it hands every incoming message to the ``on_message(msg, fds)``
 callback given at construction. The card's end of the socket is ``rt/wire/server.py``.
+
+Every socket connection opens with a handshake: the client writes :data:`HELLO` and the 32-byte key of the
+card set (``card.key`` beside the sockets, 0600, made with the set); the card compares it in constant time and
+refuses a connection without the right key before reading anything else (docs/security.md). It costs one
+40-byte write per connection and no round trip.
 """
 
 from __future__ import annotations
 
 import array
+import hmac
 import os
+import secrets
 import socket
 import threading
 
+from ..constants import AclErrorCode as E
+from ..errors import AclError
+from ..files import FileRefused, read_regular_file, write_private_file
 from .protocol import MAX_FDS, pack, roundtrip, unpacker
 
 RECV_BYTES = 1 << 20
+KEY_FILE = "card.key"          # the card set's key, beside its sockets
+KEY_BYTES = 32
+HELLO = b"NPUSIMK1"            # the first bytes of every connection to a card, before the key
+HANDSHAKE_BYTES = len(HELLO) + KEY_BYTES
 
 
 def socket_path(socket_dir: str, node: int, index: int) -> str:
     """Where card ``index`` of ``node`` listens (the cards of one node share a directory, mode 0700)."""
     return os.path.join(socket_dir, f"npu{node}_{index}.sock")
+
+
+def card_key(socket_dir: str, create: bool = False) -> bytes:
+    """The key of the card set serving sockets in ``socket_dir`` (``create``: made now if the set has none
+    yet — a set created in steps keeps its first key). AclError 207006 if it is missing or not private."""
+    path = os.path.join(socket_dir, KEY_FILE)
+    try:
+        if create:
+            write_private_file(path, secrets.token_bytes(KEY_BYTES))
+        key = read_regular_file(path, KEY_BYTES, "card key", private=True)
+    except FileRefused as e:
+        raise AclError(E.ACL_ERROR_RT_NO_PERMISSION, f"{e.message} (a card admits only connections that present "
+                                                     f"its job's key, kept in {path})") from None
+    except OSError as e:
+        raise AclError(E.ACL_ERROR_RT_NO_PERMISSION, f"card key: cannot create {path}: {e.strerror or e}") from None
+    if len(key) != KEY_BYTES:
+        raise AclError(E.ACL_ERROR_RT_NO_PERMISSION, f"card key: {path} holds {len(key)} bytes, expected {KEY_BYTES}")
+    return key
+
+
+def key_matches(frame: bytes, key: bytes) -> bool:
+    """The handshake ``frame`` a client sent presents ``key`` (compared in constant time)."""
+    return hmac.compare_digest(frame, HELLO + key)
+
+
 _FD_SPACE = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
 
 
@@ -93,14 +132,21 @@ class LocalTransport:
 class SocketTransport:
     """Client end of a card's Unix socket; a daemon thread reads replies and notifications."""
 
-    def __init__(self, path: str, on_message, on_close=None, timeout: float = 30.0):
+    def __init__(self, path: str, on_message, on_close=None, timeout: float = 30.0, key: bytes | None = None):
+        """``key``: the card set's key (default: read from ``card.key`` beside ``path``)."""
         self.path = path
         self._on_message = on_message
         self._on_close = on_close
+        key = card_key(os.path.dirname(path)) if key is None else key
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(path)
-        self.sock.settimeout(None)
+        try:
+            self.sock.settimeout(timeout)
+            self.sock.connect(path)
+            self.sock.sendall(HELLO + key)          # fits the socket buffer: no wait for the card
+            self.sock.settimeout(None)
+        except BaseException:
+            self.sock.close()
+            raise
         self._lock = threading.Lock()
         self.closed = False
         self._reader = threading.Thread(target=self._read, name=f"npu-chan-{os.path.basename(path)}", daemon=True)

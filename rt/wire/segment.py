@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from .. import memlimit
 from ..constants import AclErrorCode
 from ..errors import AclError
 
@@ -129,14 +130,13 @@ def host_headroom(total: int) -> int:
 
 def check_host_memory(nbytes: int, what: str) -> None:
     """Refuse (207001, naming the numbers) a segment the host cannot back: pre-faulting it would have the
-    kernel's OOM killer end the process instead of an error."""
-    import psutil
-    vm = psutil.virtual_memory()
-    if nbytes > vm.available - host_headroom(vm.total):
+    kernel's OOM killer end the process instead of an error. Inside a memory cgroup (a container) its limit
+    is the bound, not the machine's RAM (``rt/memlimit.py``)."""
+    mem = memlimit.budget()
+    if nbytes > mem.available - host_headroom(mem.total):
         raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION,
-                       f"{what}: {nbytes} bytes requested, but the host has only {vm.available} bytes of memory "
-                       f"available (of {vm.total}; {host_headroom(vm.total)} are kept free for the rest of the "
-                       f"machine)")
+                       f"{what}: {nbytes} bytes requested, but {mem.describe()}; {host_headroom(mem.total)} "
+                       f"are kept free for the rest of the {'machine' if mem.cgroup is None else 'cgroup'}")
 
 
 def _check_size(size, where: str) -> None:

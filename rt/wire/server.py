@@ -3,7 +3,8 @@
 Every connected process (a host context, or a peer card) becomes a ``Connection`` of the card; what it
 sends goes to ``Card.handle``, which never raises. A connection that sends bytes that are not our protocol
 ends quietly. Socket files are mode 0600 in a 0700 directory: nothing of ours listens on a network
-interface.
+interface. A connection must first present the card set's key (``rt/wire/channel.py``): one that presents
+another is told so and closed, before the card sees it (the first such refusal of a card is logged).
 """
 
 from __future__ import annotations
@@ -12,20 +13,32 @@ import os
 import socket
 import threading
 
-from .channel import recv_into, sendmsg
-from .protocol import unpacker
+from .. import slog
+from ..errors import AclError
+from ..files import FileRefused, private_dir
+from ..constants import AclErrorCode as E
+from .channel import HANDSHAKE_BYTES, HELLO, card_key, key_matches, recv_into, sendmsg
+from .protocol import NOTIFY, unpacker
+
+HANDSHAKE_TIMEOUT = 10.0     # seconds a new connection has to present its key
 
 
 class CardServer:
     """The card's listening Unix socket: one reader thread per connected process (or peer card)."""
 
-    def __init__(self, card, path: str, make_dir: bool = True):
+    def __init__(self, card, path: str, make_dir: bool = True, key: bytes | None = None):
         """``make_dir=False``: the directory must exist (a card actor booting after its set was destroyed must
-        fail, not recreate the directory its owner already removed)."""
+        fail, not recreate the directory its owner already removed). ``key``: the set's key (default: the
+        directory's ``card.key``, made if it has none)."""
         self.card = card
         self.path = path
-        if make_dir:
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        directory = os.path.dirname(path) or "."
+        try:
+            private_dir(directory, "card socket directory", create=make_dir)
+        except FileRefused as e:
+            raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, e.message) from None
+        self.key = card_key(directory, create=True) if key is None else key
+        self.refused = 0                  # connections refused for a wrong or missing key
         if os.path.exists(path):
             os.unlink(path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -37,7 +50,8 @@ class CardServer:
         self.sock.listen(128)
         self.closed = False
         self._conns: list[socket.socket] = []
-        threading.Thread(target=self._accept, name="npu-accept", daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, name="npu-accept", daemon=True)
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while not self.closed:
@@ -62,6 +76,9 @@ class CardServer:
             pid = int.from_bytes(pid[:4], "little")
         except OSError:
             pid = 0
+        if not self._admit(s, pid, send):
+            self._drop(s)
+            return
         conn = self.card.connect(send, pid=pid)
         decoder = unpacker()
         try:
@@ -78,14 +95,52 @@ class CardServer:
             pass
         finally:
             self.card.disconnect(conn)
-            s.close()
-            if s in self._conns:
-                self._conns.remove(s)
+            self._drop(s)
+
+    def _admit(self, s: socket.socket, pid: int, send) -> bool:
+        """Read the connection's handshake; False (the peer told why, unless it left) without the set's key."""
+        frame = b""
+        try:
+            s.settimeout(HANDSHAKE_TIMEOUT)
+            while len(frame) < HANDSHAKE_BYTES:
+                chunk = s.recv(HANDSHAKE_BYTES - len(frame))
+                if not chunk:
+                    return False          # a probe (npu-smi's liveness check) or a client that gave up
+                frame += chunk
+                if frame[:len(HELLO)] != HELLO[:len(frame)]:
+                    break                 # not our handshake at all (an old client, garbage): refuse at once
+            s.settimeout(None)
+        except OSError:
+            return False
+        if key_matches(frame, self.key):
+            return True
+        self.refused += 1
+        where = f"card {self.card.index} (node {self.card.node})"
+        text = (f"{where} refused the connection of pid {pid}: it did not present the key of the job owning the "
+                f"card (a process of another job, or one that read a key other than {os.path.dirname(self.path)}"
+                f"/card.key)")
+        if self.refused == 1:             # once per card: a client retrying in a loop must not flood the log
+            slog.error(slog.RUNTIME, "%s; further refusals on this card are not logged", text)
+        send([NOTIFY, "refused", [int(E.ACL_ERROR_RT_NO_PERMISSION), text]])
+        return False
+
+    def _drop(self, s: socket.socket) -> None:
+        s.close()
+        if s in self._conns:
+            self._conns.remove(s)
 
     def close(self) -> None:
         self.closed = True
         try:
+            # close() alone leaves a thread blocked in accept() for good (Linux does not wake it), so a warm
+            # card's reset leaked one thread per job; shutdown() of a listening socket wakes accept with EINVAL.
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             self.sock.close()
+            if self._acceptor is not threading.current_thread():
+                self._acceptor.join(timeout=5)
         finally:
             for s in list(self._conns):
                 try:

@@ -58,3 +58,46 @@ def test_load_rejects_non_json_and_huge_files(tmp_path):
     huge.write_bytes(b" " * (ranktable.MAX_BYTES + 1))
     with pytest.raises(HcclError, match="limit"):
         ranktable.load_rank_table(huge)
+
+
+# ---------------------------------------------------------------- hostile files (issue #21 item 5)
+@pytest.mark.parametrize("text, why", [
+    ("[" * 100_000 + "]" * 100_000, "RecursionError"),                  # json.loads recursion depth
+    ('{"version": "1.0", "server_count": ' + "9" * 5000 + "}", "ValueError"),   # past int()'s digit limit
+    (b"\xff\xfe{}", "UnicodeDecodeError"),
+])
+def test_load_turns_hostile_json_into_hccl_e_para(tmp_path, text, why):
+    path = tmp_path / "hostile.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(HcclError) as info:
+        ranktable.load_rank_table(path)
+    assert info.value.code == 1 and "not valid JSON" in info.value.message and why in info.value.message
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "1" * 5000, "", "-1", " 1", "١٢"])
+def test_load_refuses_ids_int_cannot_take_or_too_long(tmp_path, value):
+    """'²'.isdigit() is True but int('²') raises ValueError; a 5000-digit id exceeds int()'s limit."""
+    path = _mutated(tmp_path, lambda d: d["server_list"][0]["device"][0].update(rank_id=value))
+    with pytest.raises(HcclError) as info:
+        ranktable.load_rank_table(path)
+    assert info.value.code == 1 and "rank_id" in info.value.message and "ASCII digits" in info.value.message
+
+
+def test_messages_of_huge_values_stay_short(tmp_path):
+    path = _mutated(tmp_path, lambda d: d.update(version=["x"] * 100_000))
+    with pytest.raises(HcclError) as info:
+        ranktable.load_rank_table(path)
+    assert "version" in info.value.message and len(info.value.message) < 400
+
+
+def test_comm_init_cluster_info_refuses_hostile_tables_and_ranks(tmp_path, rt_local):
+    import hccl
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(HcclError) as info:
+        hccl.comm_init_cluster_info(str(deep), 0)
+    assert info.value.code == hccl.HCCL_E_PARA
+    good = ranktable.write(tmp_path / "good.json", ranktable.build(1, 1))
+    with pytest.raises(HcclError) as info:
+        hccl.comm_init_cluster_info(good, 10 ** 5000)            # repr() of it raises ValueError
+    assert info.value.code == hccl.HCCL_E_PARA and "bit int" in info.value.message

@@ -242,7 +242,7 @@ def test_timeout_stops_the_job(tmp_path, capsys):
     (["--nproc", "2", "--local-ranks-filter", "5", "{script}"], "--local-ranks-filter '5'"),
     (["--max-restarts", "-1", "{script}"], "--max-restarts -1"),
     (["--master-port", "70000", "{script}"], "--master-port 70000: expected a TCP port"),
-    (["--config", "{bad_config}", "{script}"], "unknown key [node] cardz"),
+    (["--config", "{bad_config}", "{script}"], "unknown key ['node'] 'cardz'"),
     (["--config", "no_such_config", "{script}"], "config 'no_such_config' not found"),
 ])
 def test_bad_input_fails_with_a_clear_message(tmp_path, capsys, args, message):

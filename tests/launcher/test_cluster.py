@@ -30,7 +30,10 @@ def private_tmp():
     d = tempfile.mkdtemp(prefix="npc-", dir="/tmp")            # short: Ray's socket paths must stay < 108 bytes
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NPUSIM_BACKEND", "NPUSIM_CARD_DIR",
                                                               "ASCEND_RT_VISIBLE_DEVICES")}
-    env.update(TMPDIR=d, NPUSIM_CLUSTER="1")
+    # two cards a node: the daemon boots (and every job resets) two card actors, not eight — the jobs use two
+    config = Path(d) / "two.toml"
+    config.write_text("[node]\ncards = 2\n")
+    env.update(TMPDIR=d, NPUSIM_CLUSTER="1", NPUSIM_CONFIG=str(config))
     yield d, env
     subprocess.run([sys.executable, "-m", "launcher", "--down"], env=env, capture_output=True, timeout=90)
     subprocess.run(["rm", "-rf", d])
@@ -41,10 +44,41 @@ def run(env, *argv, timeout=120):
                           timeout=timeout, cwd=ROOT)
 
 
-def test_up_launch_status_down_and_a_stale_cluster_is_ignored(private_tmp):
+BORROWER = textwrap.dedent("""
+    import time, hccl, rt, numpy as np
+    comm = hccl.init()
+    print("ready", flush=True)
+    time.sleep(8)
+    comm.all_reduce(rt.Tensor.from_numpy(np.ones(4, np.float32)))
+""")
+
+
+def daemon_pid(env) -> int:
+    status = run(env, "--status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    return int(status.stdout.split("pid ")[1].split(",")[0])
+
+
+def wait_gone(pid: int, limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"pid {pid} still alive"
+        time.sleep(0.1)
+
+
+def leftovers(tmp: str) -> list[str]:
+    root = Path(tmp) / f"npusim-{os.getuid()}"
+    return sorted(str(p.relative_to(tmp)) for p in root.rglob("*")) if root.exists() else []
+
+
+def test_up_serves_jobs_and_a_daemon_killed_mid_job_or_left_stale_is_handled(private_tmp):
+    """One daemon's life: up (idempotent), two jobs on the same warm cards, status; then SIGKILL while a job
+    borrows its cards — the job ends in the failure box, naming it, and the daemon's state goes at once; a stale
+    state file (a daemon killed while nobody borrowed it) is ignored: the next job starts its own session."""
     tmp, env = private_tmp
-    script = Path(tmp) / "hello.py"
+    script, borrower = Path(tmp) / "hello.py", Path(tmp) / "borrow.py"
     script.write_text(HELLO)
+    borrower.write_text(BORROWER)
     up = run(env, "--up")
     assert up.returncode == 0 and "local cluster up" in up.stdout, up.stdout + up.stderr
     assert "already up" in run(env, "--up").stdout                       # idempotent
@@ -59,24 +93,36 @@ def test_up_launch_status_down_and_a_stale_cluster_is_ignored(private_tmp):
     status = run(env, "--status")
     assert status.returncode == 0 and "2 jobs served" in status.stdout, status.stdout
 
-    # a daemon killed with SIGKILL leaves a stale state file: it is ignored and the job starts its own session
-    pid = int(status.stdout.split("pid ")[1].split(",")[0])
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 20
-    while psutil.pid_exists(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    pid = daemon_pid(env)
+    state = Path(tmp) / f"npusim-{os.getuid()}" / "cluster" / "cluster.json"
+    saved = state.read_text()
+    job = subprocess.Popen([sys.executable, "-m", "launcher", "--nproc", "2", str(borrower)], env=env, cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "ready" in job.stdout.readline()                # the job holds the cluster's cards now
+        os.kill(pid, signal.SIGKILL)
+        out, err = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 1, out + err
+    assert "using the local cluster" in err and "stopped answering" in err and "FAILED" in err, err
+    assert "BrokenPipeError" not in err and "launcher/cluster.py" not in err, err
+    left = leftovers(tmp)                                      # its state and socket are gone now, not next launch
+    assert not any(name.endswith(("cluster.json", "cluster.sock")) for name in left), left
+
+    state.write_text(saved)                                    # as a daemon SIGKILLed while idle leaves it
     job = run(env, "--nproc", "2", str(script))
     assert job.returncode == 0, job.stdout + job.stderr
     assert "using the local cluster" not in job.stderr and "[rank0]:sum 3.0" in job.stdout
     assert run(env, "--status").returncode == 1                          # reported as not running
-    down = run(env, "--down")
-    assert down.returncode == 0
+    assert run(env, "--down").returncode == 0
 
 
-def test_down_stops_everything(private_tmp):
+@pytest.mark.timeout(240)
+def test_down_and_sigterm_stop_everything(private_tmp):
     tmp, env = private_tmp
     assert run(env, "--up").returncode == 0
-    pid = int(run(env, "--status").stdout.split("pid ")[1].split(",")[0])
+    pid = daemon_pid(env)
     kids = [c.pid for c in psutil.Process(pid).children(recursive=True)]
     assert kids                                                          # Ray and its card workers
     down = run(env, "--down")
@@ -84,6 +130,16 @@ def test_down_stops_everything(private_tmp):
     gone = psutil.wait_procs([psutil.Process(p) for p in kids if psutil.pid_exists(p)], timeout=20)[1]
     assert not [p.pid for p in gone if p.status() != psutil.STATUS_ZOMBIE]
     assert not os.path.exists(os.path.join(tmp, f"npusim-{os.getuid()}", "cluster"))
+
+    assert run(env, "--up").returncode == 0                              # SIGTERM: the same, and no session left
+    pid = daemon_pid(env)
+    os.kill(pid, signal.SIGTERM)
+    wait_gone(pid, 60)
+    deadline = time.monotonic() + 30                           # the reaper may finish a moment after the daemon
+    while leftovers(tmp) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(tmp) == []
+    assert run(env, "--status").returncode == 1
 
 
 PLUGIN_TESTS = textwrap.dedent("""
@@ -127,6 +183,7 @@ PLUGIN_TESTS = textwrap.dedent("""
 def test_the_pytest_plugin_runs_distributed_tests_on_warm_cards(private_tmp):
     tmp, env = private_tmp
     env["NPUSIM_CLUSTER"] = "0"                                          # the plugin's own embedded session
+    env.pop("NPUSIM_CONFIG")                                             # of eight cards: a test uses 8 ranks
     (Path(tmp) / "test_dist.py").write_text(PLUGIN_TESTS)
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_dist.py"],
                           cwd=tmp, env=env, capture_output=True, text=True, timeout=150)

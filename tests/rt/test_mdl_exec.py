@@ -344,6 +344,8 @@ def test_api_dynamic_dims(runtime):
     out = mem.malloc(24, owner="host")
     api.add_dataset_buffer(outs, api.create_data_buffer(out, 24))
     rejected(100000, api.set_input_dynamic_dims, model_id, ins, 0, [3, 3])
+    for bad in ([2, 2.5], [2, float("inf")], [2, float("nan")], [2, "3"], None, 3, [2, 1 << 40]):  # never truncated
+        assert "dims" in rejected(100000, api.set_input_dynamic_dims, model_id, ins, 0, bad)
     rejected(AclErrorCode.ACL_ERROR_MODEL_NOT_DYNAMIC, api.set_dynamic_batch_size, model_id, ins, 0, 1)
     api.set_input_dynamic_dims(model_id, ins, 0, {"name": "x", "dimCount": 2, "dims": [2, 3]})
     api.execute(model_id, ins, outs)

@@ -160,6 +160,62 @@ def test_builder_rejects_bad_names_and_usage():
     assert info.value.code == 100000 and "dim 0 is -1" in str(info.value)
 
 
+def _graph_with_output():
+    g = GraphBuilder("args")
+    x = g.input("x", "float32", [2, 3])
+    g.output("y", g.op("Relu", [x]))
+    return g, x
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda g, x: g.input("a", "float32", 3), ["shape", "3"]),
+    (lambda g, x: g.input("a", "float32", None), ["shape", "None"]),
+    (lambda g, x: g.input("a", "float32", [2.5]), ["shape", "2.5"]),
+    (lambda g, x: g.input("a", "float32", ["2"]), ["shape"]),
+    (lambda g, x: g.input("a", "float32", [1] * 33), ["33 dims"]),
+    (lambda g, x: g.input("a", "float32", [(1 << 31) - 1] * 4), ["input 'a'", "bytes"]),
+    (lambda g, x: g.set_dynamic_batch("x"), ["batch_sizes", "'x'"]),
+    (lambda g, x: g.set_dynamic_batch(None), ["batch_sizes", "None"]),
+    (lambda g, x: g.set_dynamic_batch(float("nan")), ["batch_sizes", "nan"]),
+    (lambda g, x: g.set_dynamic_batch([1, float("nan")]), ["batch_sizes", "nan"]),
+    (lambda g, x: g.op(["Relu"], [x]), ["op_type", "['Relu']"]),
+    (lambda g, x: g.op("Relu", 3), ["inputs", "3"]),
+    (lambda g, x: g.op("Relu", None), ["inputs", "None"]),
+    (lambda g, x: g.op("Relu", [x], outputs=3), ["outputs", "3"]),
+    (lambda g, x: g.op("Relu", [x], name=["n"]), ["name", "['n']"]),
+    (lambda g, x: g.op("Softmax", [x], axis=1 << 70), ["axis", "int64"]),
+    (lambda g, x: g.save(None), ["path", "None"]),
+    (lambda g, x: g.save(""), ["path"]),
+])
+def test_builder_argument_errors_name_the_argument(call, words):
+    g, x = _graph_with_output()
+    with pytest.raises(AclError) as info:
+        call(g, x)
+    assert info.value.code == 100000, info.value
+    for word in words:
+        assert word in info.value.message, (word, info.value.message)
+
+
+def test_builder_refuses_a_graph_the_loader_would(monkeypatch):
+    from rt.mdl import limits
+    monkeypatch.setattr(limits, "MAX_NODES", 2)  # the real cap takes 32769 g.op calls to reach
+    g, x = _graph_with_output()
+    g.op("Relu", [g.op("Relu", [x])])
+    with pytest.raises(AclError) as info:
+        g.build()
+    assert info.value.code == 100000 and "nodes has 3 entries, at most 2" in info.value.message
+
+
+def test_builder_save_failures_are_write_file_errors(tmp_path):
+    g, _ = _graph_with_output()
+    for path in (tmp_path, tmp_path / "missing" / "m.om"):
+        with pytest.raises(AclError) as info:
+            g.save(path)
+        assert info.value.code == 100004 and str(path) in info.value.message, info.value
+    g.save(tmp_path / "m.om")  # and the builder still works
+    assert fmt.parse((tmp_path / "m.om").read_bytes()).outputs[0].name == "y"
+
+
 # ---------------------------------------------------------------------------------------------
 # rejections
 

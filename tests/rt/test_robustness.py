@@ -33,10 +33,12 @@ def test_pinned_limit_from_the_config_is_enforced_and_released(rt_factory, tmp_p
     cfg = tmp_path / "pinned.toml"
     cfg.write_text("[host]\npinned_limit_bytes = 4194304\n")
     rt = rt_factory(str(cfg))
+    from rt.host.hostmem import PINNED
+    held = PINNED.in_use                             # what earlier tests of this process still hold
     a = rt.malloc_host(3 << 20)
     with pytest.raises(rt.AclError) as e:
         rt.malloc_host(2 << 20)
-    assert e.value.code == 207001 and "holds 3145728 of its 4194304-byte limit" in e.value.message
+    assert e.value.code == 207001 and f"holds {held + (3 << 20)} of its 4194304-byte limit" in e.value.message
     rt.free_host(a)
     rt.free_host(rt.malloc_host(4 << 20))            # freed memory counts no more
 
@@ -230,3 +232,21 @@ def test_descriptors_reach_the_message_they_were_sent_with():
     os.close(r)
     os.close(w)
     assert got == [(1, 0), (2, 1), (3, 2), (4, 0), (5, 0), (6, 1)]
+
+
+def test_a_reply_the_wire_cannot_encode_fails_that_command_not_the_connection(tmp_path, monkeypatch):
+    import rt
+    monkeypatch.setattr(Card, "c_mem_info", lambda self, conn: [2 ** 70, 1])     # past msgpack's 64 bits
+    card = Card(capacity=8 << 20)
+    path = str(tmp_path / "npu0_0.sock")
+    server = CardServer(card, path)
+    try:
+        client = CardClient(lambda m, c: SocketTransport(path, m, c), name="card 0 (node 0)")
+        with pytest.raises(rt.AclError) as e:
+            client.call("mem_info")
+        assert e.value.code == 507000 and "mem_info" in str(e.value) and "encoded" in str(e.value)
+        assert client.call("ping") is True                 # the same connection still serves
+        client.close()
+    finally:
+        server.close()
+        card.close()

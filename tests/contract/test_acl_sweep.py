@@ -1,0 +1,254 @@
+"""The pyACL facade's contract, function by function: each parameter in turn gets each hostile value (wrong
+type, None, negative, huge, NaN, a freed pointer, a destroyed stream / event / context / buffer / dataset /
+desc, an unloaded model, a pointer or stream of device 1 while device 0 is current) while the others hold
+valid arguments. pyACL returns codes: a call must return (never raise — only ``util.*_to_ptr`` raise
+ValueError, as pyACL's binding does), a failure must be a real code (not 500000, npusim's "internal
+error"), and a wrong-typed or out-of-range value must be a failure, not silently accepted.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import acl
+import rt
+
+pytestmark = pytest.mark.timeout(300)
+INTERNAL = 500000
+GIANT = 10 ** 5000
+BAD = {
+    "None": None, "neg": -1, "huge": 2 ** 64, "giant": GIANT, "float": 1.5, "nan": math.nan, "str": "x",
+    "list": [1, "a"], "dict": {"a": object()}, "object": object(), "objarray": np.array([None, 1], dtype=object),
+}
+# Parameters for which some "bad" value is valid in pyACL (C ints and flags that take any value, objects
+# passed through to the program's callback, sizes the call ignores).
+VALID = {
+    ("rt.launch_callback", "user_data"): set(BAD), ("util.start_thread", "args_list"): set(BAD),
+    ("rt.synchronize_stream_with_timeout", "timeout"): {"neg"},          # -1: wait without a limit
+    ("rt.process_report", "timeout"): {"neg"},
+    ("float_to_float16", "value"): {"neg", "float", "nan"},                # any float has an fp16 pattern
+    ("mdl.get_input_index_by_name", "name"): {"str"},                     # "x" is the model's input
+}
+# Valid values that wait for something the sweep never provides (pyACL's -1: no time limit).
+BLOCKS = {("rt.process_report", "timeout", "neg")}
+SKIP = {"init", "finalize", "rt.reset_device", "rt.reset_device_force", "get_recent_err_msg",
+        "util.bytes_to_ptr", "util.numpy_to_ptr", "util.numpy_contiguous_to_ptr"}   # lifecycle; raise by design
+
+
+class Goods:
+    """Valid facade arguments by parameter name (ints, as pyACL's handles are), made fresh for each call."""
+
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+        self.hosts: list[int] = []                   # pinned buffers made for calls, freed after the sweep
+        self._model = None
+        self.keep = []                                 # host objects whose addresses are in use
+
+    def model_bytes(self):
+        if self._model is None:
+            from rt.mdl import GraphBuilder
+            g = GraphBuilder("sweep")
+            x = g.input("x", "float32", [-1, 4])
+            g.output("y", g.op("Relu", [x]))
+            g.set_dynamic_batch([1, 2])
+            self._model = g.serialize()
+            (self.tmp_path / "sweep.om").write_bytes(self._model)
+        return self._model
+
+    def model_id(self):
+        return acl.mdl.load_from_mem(self.model_bytes(), len(self.model_bytes()))[0]
+
+    def desc(self):
+        d = acl.mdl.create_desc()
+        acl.mdl.get_desc(d, self.model_id())
+        return d
+
+    def dev(self, n=4096):
+        return acl.rt.malloc(n, 0)[0]
+
+    def buffer(self):
+        return acl.create_data_buffer(self.dev(64), 64)
+
+    def dataset(self):
+        ds = acl.mdl.create_dataset()
+        acl.mdl.add_dataset_buffer(ds, self.buffer())
+        return ds
+
+    def host(self, n=4096):
+        ptr = acl.rt.malloc_host(n)[0]
+        self.hosts.append(ptr)
+        return ptr
+
+    def free_hosts(self):
+        """Pinned memory counts against the process's limit for as long as it lives: give it back (the
+        calls under test free some of it already; freeing those again is a harmless error code)."""
+        while self.hosts:
+            acl.rt.free_host(self.hosts.pop())
+
+    def value(self, func, name):
+        table = {
+            "data": self.dev, "size": lambda: 64, "data_type": lambda: 0, "data_buffer": self.buffer,
+            "value": lambda: 1, "config_path": lambda: None, "device_id": lambda: 0, "flag": lambda: 0,
+            "priority": lambda: 0, "context": lambda: acl.rt.create_context(0)[0], "event": self.recorded_event,
+            "stream": lambda: acl.rt.create_stream()[0], "peer_device_id": lambda: 1, "flags": lambda: 0,
+            "start": self.recorded_event, "end": self.recorded_event, "dev_ptr": self.dev, "host_ptr": self.host,
+            "attr": lambda: 0, "fn": lambda: (lambda data: None), "user_data": lambda: None, "block_type": lambda: 1,
+            "policy": lambda: 0, "dst": self.dev, "dest_max": lambda: 64, "src": self.dev, "count": lambda: 64,
+            "kind": lambda: 3, "max_count": lambda: 64, "timeout": lambda: 10, "thread_id": self.thread,
+            "dataset": self.dataset, "model_desc": self.desc, "model_id": self.model_id, "input": self.dataset,
+            "output": self.dataset, "index": lambda: 0, "name": lambda: "x",
+            "model_path": lambda: str(self.tmp_path / "sweep.om"), "model": self.model_bytes,
+            "model_size": lambda: len(self.model_bytes()), "batch_size": lambda: 2, "dims": lambda: [2, 4],
+            "ptr": self.host, "shape": lambda: (4,), "npy_type": lambda: 2, "func": lambda: (lambda a: None),
+            "args_list": lambda: None,
+        }
+        if func == "mdl.set_input_dynamic_dims" and name == "dims":
+            return {"dimCount": 2, "name": "", "dims": [2, 4]}
+        return table[name]()
+
+    def recorded_event(self):
+        ev = acl.rt.create_event()[0]
+        acl.rt.record_event(ev, 0)
+        return ev
+
+    def thread(self):
+        tid = acl.util.start_thread(lambda a: None, None)[0]
+        return tid
+
+
+class Hostile:
+    """Handles that were valid once or belong elsewhere, by parameter name: (label, factory)."""
+
+    def __init__(self, goods: Goods):
+        self.g = goods
+
+    def freed_dev(self):
+        p = self.g.dev()
+        acl.rt.free(p)
+        return p
+
+    def foreign(self, make):
+        acl.rt.set_device(1)
+        try:
+            return make()
+        finally:
+            acl.rt.set_device(0)
+
+    def destroyed(self, make, destroy):
+        h = make()
+        destroy(h)
+        return h
+
+    def values(self, name):
+        g = self.g
+        ptr = [("freed", self.freed_dev), ("device1", lambda: self.foreign(g.dev))]
+        stream = [("destroyed", lambda: self.destroyed(lambda: acl.rt.create_stream()[0], acl.rt.destroy_stream)),
+                  ("device1", lambda: self.foreign(lambda: acl.rt.create_stream()[0]))]
+        event = [("destroyed", lambda: self.destroyed(g.recorded_event, acl.rt.destroy_event))]
+        table = {
+            "dev_ptr": ptr, "dst": ptr, "src": ptr, "data": ptr, "stream": stream, "event": event, "start": event,
+            "end": event,
+            "context": [("destroyed", lambda: self.destroyed(lambda: acl.rt.create_context(0)[0],
+                                                             acl.rt.destroy_context))],
+            "data_buffer": [("destroyed", lambda: self.destroyed(g.buffer, acl.destroy_data_buffer))],
+            "dataset": [("destroyed", lambda: self.destroyed(g.dataset, acl.mdl.destroy_dataset))],
+            "input": [("destroyed", lambda: self.destroyed(g.dataset, acl.mdl.destroy_dataset))],
+            "model_desc": [("destroyed", lambda: self.destroyed(g.desc, acl.mdl.destroy_desc))],
+            "model_id": [("unloaded", lambda: self.destroyed(g.model_id, acl.mdl.unload))],
+            "host_ptr": [("freed", lambda: self.destroyed(g.host, acl.rt.free_host))],
+        }
+        return table.get(name, [])
+
+
+def facade_functions():
+    out = []
+    for prefix, mod in (("", acl), ("rt", acl.rt), ("mdl", acl.mdl), ("util", acl.util), ("media", acl.media)):
+        for name in sorted(getattr(mod, "__all__", dir(mod))):
+            fn = getattr(mod, name, None)
+            qual = f"{prefix}.{name}" if prefix else name
+            if name.startswith("_") or not callable(fn) or inspect.isclass(fn) or qual in SKIP:
+                continue
+            params = [p.name for p in inspect.signature(fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)]
+            if params:
+                out.append((qual, fn, params))
+    return out
+
+
+def _failed(fn, result):
+    """(failed, code) of a facade result, by the convention its wrapper follows (rt/acl/core.py): ``code``
+    returns ret, ``values`` returns (*values, ret), ``plain`` returns a value, its default on failure."""
+    cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
+    if "default" in cells:                                           # plain
+        default = cells["default"]
+        same = result is default or (type(result) is type(default) and result == default)
+        return same, None
+    code = result[-1] if "defaults" in cells and isinstance(result, tuple) else result
+    return code != 0, code
+
+
+def _check(qual, fn, param, label, call, must_fail, problems):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = call()
+    except BaseException as e:  # noqa: BLE001 - the point of the test
+        problems.append(f"{qual}({param}={label}) raised {type(e).__name__}: {str(e)[:150]}")
+        return
+    failed, code = _failed(fn, result)
+    if code == INTERNAL:
+        problems.append(f"{qual}({param}={label}) -> 500000 internal error: {acl.get_recent_err_msg()}"[:300])
+    elif must_fail and not failed and label not in VALID.get((qual, param), ()):
+        problems.append(f"{qual}({param}={label}) was accepted (returned {result!r})"[:300])
+
+
+def sweep(tmp_path):
+    goods, hostile_goods = Goods(tmp_path), Goods(tmp_path)
+    hostile = Hostile(hostile_goods)
+    problems = []
+    try:
+        for qual, fn, params in facade_functions():
+            ctx = acl.rt.create_context(0)[0]
+            for param in params:
+                cases = [(label, (lambda v=v: v), not (param == "stream" and v is None)) for label, v in BAD.items()]
+                cases += [(label, make, False) for label, make in hostile.values(param)]
+                for label, make, must_fail in cases:
+                    if (qual, param, label) in BLOCKS:
+                        continue
+                    acl.rt.set_context(ctx)
+                    try:
+                        kwargs = {p: (make() if p == param else goods.value(qual, p)) for p in params}
+                    except Exception as e:  # noqa: BLE001
+                        problems.append(f"sweep setup for {qual}({param}={label}) failed: {e!r}"[:300])
+                        continue
+                    _check(qual, fn, param, label, lambda: fn(**kwargs), must_fail, problems)
+                    acl.rt.set_context(ctx)
+                    acl.rt.synchronize_device()
+            acl.rt.set_context(ctx)
+            p, ret = acl.rt.malloc(64, 0)                        # after each function the card still works
+            if ret or acl.rt.memset(p, 64, 3, 64) or acl.rt.free(p) or acl.rt.destroy_context(ctx):
+                problems.append(f"after {qual}: the runtime is broken: {acl.get_recent_err_msg()}")
+                break
+    finally:
+        goods.free_hosts()
+        hostile_goods.free_hosts()
+    return problems
+
+
+def test_every_facade_function_returns_a_real_code(monkeypatch, tmp_path):
+    monkeypatch.setenv("NPUSIM_BACKEND", "local")
+    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("NPUSIM_ACL_STRICT", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert acl.init() == 0
+    try:
+        assert acl.rt.set_device(0) == 0
+        problems = sweep(tmp_path)
+    finally:
+        rt.finalize()
+    assert not problems, f"{len(problems)} calls escaped the contract:\n  " + "\n  ".join(problems)
