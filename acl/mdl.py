@@ -1,4 +1,4 @@
-"""``acl.mdl`` (npusim: ``rt/acl/mdlapi.py``)."""
+"""``acl.mdl``: offline models and datasets — pyACL's names only (the implementation, with its helpers, is ``acl/_mdl.py``)."""
 
-from rt.acl.mdlapi import *  # noqa: F401,F403
-from rt.acl.mdlapi import __all__  # noqa: F401
+from ._mdl import *  # noqa: F401,F403
+from ._mdl import __all__  # noqa: F401

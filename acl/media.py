@@ -1,4 +1,5 @@
-"""``acl.media`` (npusim: ``rt/acl/media.py``)."""
+"""``acl.media``: DVPP memory (the image and video operations of DVPP are not simulated: docs/pyacl.md)."""
 
-from rt.acl.media import *  # noqa: F401,F403
-from rt.acl.media import __all__  # noqa: F401
+from ._util import dvpp_free, dvpp_malloc
+
+__all__ = ["dvpp_free", "dvpp_malloc"]

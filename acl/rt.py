@@ -1,4 +1,4 @@
-"""``acl.rt`` (npusim: ``rt/acl/rtapi.py``)."""
+"""``acl.rt``: devices, contexts, streams, events, memory, copies, callbacks — pyACL's names only (the implementation, with its helpers, is ``acl/_rt.py``)."""
 
-from rt.acl.rtapi import *  # noqa: F401,F403
-from rt.acl.rtapi import __all__  # noqa: F401
+from ._rt import *  # noqa: F401,F403
+from ._rt import __all__  # noqa: F401

@@ -39,7 +39,7 @@ DEBUG, INFO, WARNING, ERROR, NULL = 0, 1, 2, 3, 4
 LEVEL_NAMES = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_LEVEL = ERROR
 
-# Module tags npusim writes: the runtime (rt), collectives (hccl), the pyACL facade (rt/acl), models (rt/mdl).
+# Module tags npusim writes: the runtime (rt), collectives (hccl), the pyACL facade (acl/), models (rt/mdl).
 RUNTIME, HCCL, ASCENDCL, GE = "RUNTIME", "HCCL", "ASCENDCL", "GE"
 # Module names CANN's log_types.h knows: ASCEND_MODULE_LOG_LEVEL may name any of them.
 CANN_MODULES = frozenset(
@@ -97,21 +97,6 @@ def _config() -> _Config:
             cfg = _Config({})
         _cfg = cfg
     return cfg
-
-
-def reload() -> None:
-    """Read the environment again at the next line (and start a new file if the log root changed)."""
-    global _cfg
-    with _lock:
-        _cfg = None
-        _close_locked()
-        _state.broken = False
-
-
-def level_of(module: str) -> int:
-    """The level in force for ``module`` (lines below it are dropped; 4: none at all)."""
-    cfg = _cfg or _config()
-    return cfg.levels.get(module, cfg.default)
 
 
 def enabled(module: str, level: int) -> bool:

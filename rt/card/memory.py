@@ -301,8 +301,6 @@ class DeviceMemory(MemoryDiagnostics):
                                       f"segment {seg_id!r} (live: {sorted(self._pool.segments)})")
         return seg
 
-    # ---- error messages (slow path) ----------------------------------------------------------
-
     # ---- reporting and teardown -------------------------------------------------------------
 
     def mem_info(self) -> tuple[int, int]:

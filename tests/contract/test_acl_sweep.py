@@ -181,7 +181,7 @@ def facade_functions():
 
 
 def _failed(fn, result):
-    """(failed, code) of a facade result, by the convention its wrapper follows (rt/acl/core.py): ``code``
+    """(failed, code) of a facade result, by the convention its wrapper follows (acl/_core.py): ``code``
     returns ret, ``values`` returns (*values, ret), ``plain`` returns a value, its default on failure."""
     cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
     if "default" in cells:                                           # plain

@@ -27,9 +27,9 @@ import os
 import threading
 import traceback
 
-from .. import args, errors, slog
-from ..constants import AclErrorCode as E
-from ..errors import AclError, NpuError
+from rt import args, errors, slog
+from rt.constants import AclErrorCode as E
+from rt.errors import AclError, NpuError
 
 log = logging.getLogger("npusim.acl")
 _logged: set[str] = set()

@@ -8,14 +8,14 @@ import numpy as np
 
 import rt
 
-from .. import args
-from ..config import load_config
-from ..constants import AclErrorCode as E
-from ..dtypes import data_type_size as _data_type_size
-from ..errors import AclError
-from ..files import FileRefused, read_regular_file
-from ..host.runtime import RUNTIME
-from .core import code, plain, values
+from rt import args
+from rt.config import load_config
+from rt.constants import AclErrorCode as E
+from rt.dtypes import data_type_size as _data_type_size
+from rt.errors import AclError
+from rt.files import FileRefused, read_regular_file
+from rt.host.runtime import RUNTIME
+from ._core import code, plain, values
 
 VERSION = (1, 17, 0)          # the ACL version whose API this facade follows (acl_rt.h 1.17.0)
 MAX_ACL_JSON = 1 << 20

@@ -14,11 +14,11 @@ import threading
 
 import rt
 
-from .. import args, errors, slog
-from ..constants import AclErrorCode as E
-from ..errors import AclError
-from ..host.runtime import RUNTIME
-from .core import code, log, report, stream_of, strict
+from rt import args, errors, slog
+from rt.constants import AclErrorCode as E
+from rt.errors import AclError
+from rt.host.runtime import RUNTIME
+from ._core import code, log, report, stream_of, strict
 
 _DEFAULT_EXEC_TIMEOUT = 1836.0
 

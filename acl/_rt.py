@@ -1,6 +1,6 @@
 """``acl.rt``: devices, contexts, streams, events, memory, copies and callbacks, as pyACL has them.
 
-Everything goes through ``rt``'s public API; what differs is pyACL's surface (``rt/acl/core.py``: codes and
+Everything goes through ``rt``'s public API; what differs is pyACL's surface (``acl/_core.py``: codes and
 ``(value, ret)`` tuples, int handles) and CANN's leniencies: ``memcpy``'s kind is advisory (the addresses
 decide; a wrong kind warns once, ``NPUSIM_ACL_STRICT=1`` refuses it), ``memset`` works on host memory too,
 ``synchronize_device`` takes extra arguments. Callbacks follow pyACL's subscription model: a thread the
@@ -16,15 +16,15 @@ import numpy as np
 
 import rt
 
-from .. import args
-from ..addresses import decode_addr
-from ..config import load_config
-from ..constants import AclErrorCode as E, EventRecordedStatus, MemAttr, MemcpyKind, RunMode
-from ..errors import AclError
-from ..host.runtime import RUNTIME, parse_visible
-from .callbacks import launch_callback, process_report, subscribe_report, unsubscribe_report  # noqa: F401
-from .core import CONTEXT, EVENT, HANDLES, STREAM, code, context_of, event_of, stream_of, strict, values
-from .hostptr import REGIONS
+from rt import args
+from rt.addresses import decode_addr
+from rt.config import load_config
+from rt.constants import AclErrorCode as E, EventRecordedStatus, MemAttr, MemcpyKind, RunMode
+from rt.errors import AclError
+from rt.host.runtime import RUNTIME, parse_visible
+from ._callbacks import launch_callback, process_report, subscribe_report, unsubscribe_report  # noqa: F401
+from ._core import CONTEXT, EVENT, HANDLES, STREAM, code, context_of, event_of, stream_of, strict, values
+from ._hostptr import REGIONS
 
 
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import rt.mdl as mdl
 
-from .. import args
-from ..constants import AclErrorCode as E, DataType, Format
-from ..errors import AclError
-from .core import HANDLES, code, plain, stream_of, values
-from .hostptr import REGIONS
+from rt import args
+from rt.constants import AclErrorCode as E, DataType, Format
+from rt.errors import AclError
+from ._core import HANDLES, code, plain, stream_of, values
+from ._hostptr import REGIONS
 
 DESC, DATASET, BUFFER = "model desc", "dataset", "data buffer"
 MBATCH = "ascend_mbatch_shape_data"          # CANN's virtual input of a dynamic-batch model

@@ -1,7 +1,7 @@
 """``acl.util`` (pointer helpers and threads) and ``acl.media`` (DVPP memory) as pyACL has them.
 
 ``bytes_to_ptr`` / ``numpy_to_ptr`` return the address of the object's storage and register it
-(``rt/acl/hostptr.py``), so ``memcpy`` can read and write it and ``ptr_to_bytes`` / ``ptr_to_numpy`` read it
+(``acl/_hostptr.py``), so ``memcpy`` can read and write it and ``ptr_to_bytes`` / ``ptr_to_numpy`` read it
 back — bounds-checked: an address npusim never handed out is an error with a message, not a crash.
 ``start_thread(fn, args)`` runs ``fn(args)`` on a new thread and returns its native id, the id
 ``acl.rt.subscribe_report`` takes.
@@ -16,12 +16,12 @@ import numpy as np
 
 import rt
 
-from .. import args
-from ..constants import AclErrorCode as E
-from ..errors import AclError
-from .callbacks import SUBSCRIPTIONS
-from .core import code, plain, values
-from .hostptr import REGIONS
+from rt import args
+from rt.constants import AclErrorCode as E
+from rt.errors import AclError
+from ._callbacks import SUBSCRIPTIONS
+from ._core import code, plain, values
+from ._hostptr import REGIONS
 
 # NumPy's type numbers, as ptr_to_numpy takes them (NPY_BOOL = 0 ... NPY_HALF = 23)
 NPY_TYPES = {0: np.bool_, 1: np.int8, 2: np.uint8, 3: np.int16, 4: np.uint16, 5: np.int32, 6: np.uint32,

@@ -24,9 +24,9 @@ import weakref
 
 import numpy as np
 
-from ..constants import AclErrorCode as E
-from ..errors import AclError
-from ..host.procmaps import unmapped
+from rt.constants import AclErrorCode as E
+from rt.errors import AclError
+from rt.host.procmaps import unmapped
 
 try:
     from numpy.lib.array_utils import byte_bounds
