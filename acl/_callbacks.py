@@ -29,10 +29,17 @@ class _Subscriptions:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.thread_of: dict[object, int] = {}             # rt Stream (or None: default) -> thread id
+        self.thread_of: dict[object, int] = {}             # key(rt Stream) -> thread id
         self.queues: dict[int, queue.SimpleQueue] = {}     # thread id -> callbacks due
 
+    @staticmethod
+    def key(st):
+        """A stream's key: the rt Stream, or for the default stream (None) the current context's — a subscription
+        to one context's default stream is not one to every other context's (nor a later runtime's)."""
+        return st if st is not None else ("default stream", RUNTIME.current)
+
     def subscribe(self, tid, st, call) -> None:
+        st = self.key(st)
         with self.lock:
             if self.thread_of.get(st) is not None:
                 raise AclError(E.ACL_ERROR_REPEAT_SUBSCRIBE, f"{call}: the stream is already subscribed by thread "
@@ -41,6 +48,7 @@ class _Subscriptions:
             self.queues.setdefault(tid, queue.SimpleQueue())
 
     def unsubscribe(self, tid, st, call) -> None:
+        st = self.key(st)
         with self.lock:
             if self.thread_of.get(st) != tid:
                 raise AclError(E.ACL_ERROR_STREAM_NOT_SUBSCRIBE, f"{call}: thread {tid} is not subscribed to the stream")
@@ -53,6 +61,7 @@ class _Subscriptions:
             self.queues.setdefault(tid, queue.SimpleQueue())
 
     def queue_for(self, st):
+        st = self.key(st)
         with self.lock:
             tid = self.thread_of.get(st)
             return (None, None) if tid is None else (tid, self.queues[tid])

@@ -249,3 +249,16 @@ def test_a_blocking_callback_for_a_thread_that_ended_fails_the_stream_instead_of
     assert acl.rt.synchronize_stream(stream) == 100036
     assert f"thread {tid}, subscribed to the stream, ended" in acl.get_recent_err_msg()
     assert acl.rt.unsubscribe_report(tid, stream) == 0
+
+
+def test_a_default_stream_subscription_is_the_contexts_not_every_later_ones(acl0):
+    """Subscribing to stream 0 binds the current context's default stream; a thread that ended while subscribed
+    (a program that never unsubscribed) must not capture the default-stream callbacks of a later context."""
+    tid, _ = acl.util.start_thread(lambda _: None, None)
+    assert acl.util.stop_thread(tid) == 0 and acl.rt.subscribe_report(tid, 0) == 0
+    ctx, ret = acl.rt.create_context(0)                    # another context: its default stream is not subscribed
+    assert ret == 0 and acl.rt.set_context(ctx) == 0
+    ran = threading.Event()
+    assert acl.rt.launch_callback(lambda _: ran.set(), None, 1, 0) == 0
+    assert acl.rt.synchronize_stream(0) == 0 and ran.is_set()
+    assert acl.rt.destroy_context(ctx) == 0
