@@ -81,55 +81,37 @@ def _c_ints(fn):
     return check
 
 
+def _facade(call: str, fn, done, failed, form: str, default=None):
+    """``fn`` behind pyACL's convention: its C-int arguments checked, ``done(result)`` on success,
+    ``failed(ret)`` with the code of anything it raised. ``form``/``default`` say which convention (tests read them)."""
+    check = _c_ints(fn)
+
+    @functools.wraps(fn)
+    def facade(*args, **kwargs):
+        try:
+            check(call, args, kwargs)
+            out = fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - pyACL returns codes, never raises
+            return failed(report(call, e))
+        return done(out)
+    facade.acl_form, facade.acl_default = form, default
+    return facade
+
+
 def code(call: str):
     """Decorate a function whose pyACL form returns ``ret``."""
-    def wrap(fn):
-        check = _c_ints(fn)
-
-        @functools.wraps(fn)
-        def facade(*args, **kwargs):
-            try:
-                check(call, args, kwargs)
-                fn(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001 - pyACL returns codes, never raises
-                return report(call, e)
-            return 0
-        return facade
-    return wrap
+    return lambda fn: _facade(call, fn, lambda out: 0, lambda ret: ret, "code")
 
 
 def values(call: str, *defaults):
     """Decorate a function whose pyACL form returns ``(*values, ret)``; ``defaults`` stand in on failure."""
-    def wrap(fn):
-        check = _c_ints(fn)
-
-        @functools.wraps(fn)
-        def facade(*args, **kwargs):
-            try:
-                check(call, args, kwargs)
-                out = fn(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001
-                return (*defaults, report(call, e))
-            return (*out, 0) if len(defaults) > 1 else (out, 0)
-        return facade
-    return wrap
+    done = (lambda out: (*out, 0)) if len(defaults) > 1 else (lambda out: (out, 0))
+    return lambda fn: _facade(call, fn, done, lambda ret: (*defaults, ret), "values", defaults)
 
 
 def plain(call: str, default):
     """Decorate a getter whose pyACL form returns a bare value (``default`` when it fails)."""
-    def wrap(fn):
-        check = _c_ints(fn)
-
-        @functools.wraps(fn)
-        def facade(*args, **kwargs):
-            try:
-                check(call, args, kwargs)
-                return fn(*args, **kwargs)
-            except Exception as e:  # noqa: BLE001
-                report(call, e)
-                return default
-        return facade
-    return wrap
+    return lambda fn: _facade(call, fn, lambda out: out, lambda ret: default, "plain", default)
 
 
 def _a(kind: str) -> str:

@@ -200,10 +200,11 @@ class HostRegions:
             return obj.reshape(-1).view(np.uint8)[off:off + nbytes]
         if nbytes == 0:
             return np.empty(0, np.uint8)
-        # bytes storage (immutable to Python, written by pyACL programs all the same) or a strided array: raw
-        # memory, so check the process's memory map first — a read-only mapping (np.memmap mode "r") would
-        # take the process down with SIGSEGV instead of failing the call
-        problem = unmapped(address, nbytes, write)
+        # bytes storage (immutable to Python, written by pyACL programs all the same: heap, always read-write) or
+        # a strided array (inside the memory it spans: lookup checked that). Only an array numpy calls read-only
+        # may sit on a read-only mapping (np.memmap mode "r"), which would take the process down with SIGSEGV
+        # instead of failing the call: for that one ask the process's memory map (a file read: not per copy).
+        problem = unmapped(address, nbytes, write) if region.kind == ARRAY and not obj.flags.writeable else None
         if problem:
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: {arg} {nbytes} bytes at host address "
                                                          f"0x{address:x}: {problem}")

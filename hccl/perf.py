@@ -17,7 +17,7 @@ import numpy as np
 
 from .perfdata import (COLLECTIVES, NCCL_TYPE_NAMES, NO_IN_PLACE, NO_OUT_OF_PLACE, REDUCING, ROOTED, TIMING,
                        busbw_factor, cast, expected_output, layout, parse_size, rank_input, sweep,
-                       sweep_length, MAX_SIZES)
+                       MAX_SIZES)
 
 
 # ---- inside a rank -------------------------------------------------------------------------------
@@ -323,10 +323,12 @@ def check_args(p: argparse.ArgumentParser, ns) -> None:
         p.error("give -f FACTOR > 1 or -i STEP > 0")
     if ns.iters < 1 or ns.warmup < 0 or ns.check < 0:
         p.error(f"-n {ns.iters} -w {ns.warmup} -c {ns.check}: expected n >= 1, w >= 0, c >= 0")
-    walked = sweep_length(ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes)
-    if walked > MAX_SIZES:  # the list itself would not fit in memory long before the run would end
-        p.error(f"-b {ns.minbytes} -e {ns.maxbytes} {f'-f {ns.stepfactor}' if ns.stepfactor > 1 else f'-i {ns.stepbytes}'}"
-                f" walks {walked} sizes; at most {MAX_SIZES} (use a larger -i, or -f)")
+    # a -f sweep is at most ~40 sizes (sizes stop at 1 TiB); an -i sweep's list could outgrow memory long before
+    # the run would end (-b 0 -e 1G -i 1 is a billion sizes): count it without building it
+    walked = (ns.maxbytes - ns.minbytes) // ns.stepbytes + 1 if ns.stepfactor <= 1 else 0
+    if walked > MAX_SIZES:
+        p.error(f"-b {ns.minbytes} -e {ns.maxbytes} -i {ns.stepbytes} walks {walked} sizes; at most {MAX_SIZES} "
+                f"(use a larger -i, or -f)")
     ns.sizes = sweep(ns.minbytes, ns.maxbytes, ns.stepfactor, ns.stepbytes)
 
 

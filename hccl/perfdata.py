@@ -48,18 +48,6 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
-def sweep_length(minbytes: int, maxbytes: int, factor: int, step: int) -> int:
-    """How many sizes ``sweep`` walks, computed without building the list (-b 0 -e 1G -i 1 is a billion)."""
-    if minbytes > maxbytes:
-        return 0
-    if factor > 1:               # at most ~40 steps to MAX_BYTES: walk them
-        n, size = 0, minbytes
-        while size <= maxbytes:
-            n, size = n + 1, size * factor if size else 1
-        return n
-    return (maxbytes - minbytes) // step + 1
-
-
 def sweep(minbytes: int, maxbytes: int, factor: int, step: int) -> list[int]:
     """Sizes as nccl-tests walks them: ×factor when given, else +step."""
     sizes, size = [], minbytes

@@ -72,8 +72,6 @@ def _bad(path, why) -> HcclError:
 def load_rank_table(path) -> RankTable:
     """Read and check a rank table file (HcclError: HCCL_E_OPEN_FILE_FAILURE if it cannot be read,
     HCCL_E_PARA naming the field if it is malformed)."""
-    if isinstance(path, bool) or not isinstance(path, (str, bytes, os.PathLike)):
-        raise HcclError(HcclResult.HCCL_E_PARA, f"rank table: path {shown(path)} is not a path (str or os.PathLike)")
     try:
         raw = read_regular_file(path, MAX_BYTES, "rank table")
     except FileRefused as e:

@@ -36,10 +36,11 @@ LEASE_WAIT = 300.0
 
 def _dir(create: bool = False) -> str:
     """The daemon's directory (state, socket, log); created only by ``up`` — a lookup leaves nothing behind."""
-    from rt.ray.session import private, socket_root
+    from rt.files import setup_dir
+    from rt.ray.session import socket_root
     d = os.path.join(socket_root(create=create), "cluster")
     if create:
-        private(d, "the local cluster's directory")      # ours and 0700, never a link (rt/files.py)
+        setup_dir(d, "the local cluster's directory")      # ours and 0700, never a link (rt/files.py)
     return d
 
 

@@ -8,10 +8,10 @@ import os
 import tomllib
 from pathlib import Path
 
-from .args import shown
+from .args import INT64_MAX, shown
 from .constants import AclErrorCode
 from .errors import AclError
-from .files import FileRefused, read_regular_file
+from .files import FileRefused, check_path, read_regular_file
 
 
 def _config_dir() -> Path:
@@ -27,7 +27,6 @@ TOPOLOGIES = ("fullmesh", "2x4")
 MAX_CONFIG_BYTES = 1 << 20
 EXEC_TIMEOUT_MAX = 2147483647      # CANN: HCCL_EXEC_TIMEOUT 0..2147483647 s in the host modes (0 = never)
 CONNECT_TIMEOUT_RANGE = (1, 7200)  # CANN documents [120, 7200] s; shorter waits are kept for tests
-INT64_MAX = (1 << 63) - 1
 MAX_SOC_NAME = 64
 RAY_MEMORY_RESERVE = 100_000_000   # Ray refuses to start leaving less than this (or 5% of RAM) for tasks
 
@@ -75,13 +74,20 @@ def resolve_path(config: str | os.PathLike | None) -> Path:
     config = config or os.environ.get("NPUSIM_CONFIG") or "default"
     if not isinstance(config, (str, os.PathLike)):
         raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM,
-                       f"config {config!r} is neither a config name nor a path to a TOML file")
-    p = Path(config)
-    if not p.exists() and not p.suffix:
-        p = CONFIG_DIR / f"{config}.toml"
-    if not p.exists():
+                       f"config {shown(config)} is neither a config name nor a path to a TOML file")
+    try:
+        check_path(config, "config")            # no NUL, not past PATH_MAX: the OS could not even look it up
+        p = Path(config)
+        if not p.exists() and not p.suffix:
+            p = CONFIG_DIR / f"{config}.toml"
+        found = p.exists()
+    except (FileRefused, OSError) as e:         # OSError: a path component past NAME_MAX
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM,
+                       f"config {shown(str(config))}: not a usable config name or path "
+                       f"({e.message if isinstance(e, FileRefused) else e.strerror})") from None
+    if not found:
         raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
-                       f"config {str(config)!r} not found (looked at {p}; known: "
+                       f"config {shown(str(config))} not found (looked at {p}; known: "
                        f"{sorted(q.stem for q in CONFIG_DIR.glob('*.toml'))})")
     return p.resolve()
 

@@ -18,6 +18,8 @@ import os
 import stat
 
 from .args import shown
+from .constants import AclErrorCode
+from .errors import AclError
 
 PRIVATE_MODE = 0o700
 
@@ -162,3 +164,12 @@ def _owner_mode(st: os.stat_result) -> str:
     except (ImportError, KeyError):
         name = ""
     return f"owned by uid {st.st_uid}{name} with mode {stat.S_IMODE(st.st_mode):04o}"
+
+
+def setup_dir(path: str, what: str, hint: str = "", create: bool = True) -> str:
+    """:func:`private_dir` with its refusal as AclError 507033 (ACL_ERROR_RT_DEV_SETUP_ERROR): cards cannot be set
+    up, or reached, in a directory that is not ours alone."""
+    try:
+        return private_dir(path, what, hint, create=create)
+    except FileRefused as e:
+        raise AclError(AclErrorCode.ACL_ERROR_RT_DEV_SETUP_ERROR, e.message) from None

@@ -115,6 +115,33 @@ def dev0(rt_local):
 
 
 @pytest.fixture
+def acl0(monkeypatch):
+    """The pyACL facade initialized with in-process cards (lenient, as CANN), device 0 set; finalized after."""
+    import acl
+    import rt
+    monkeypatch.setenv("NPUSIM_BACKEND", "local")
+    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("NPUSIM_ACL_STRICT", raising=False)
+    assert acl.init() == 0
+    assert acl.rt.set_device(0) == 0
+    acl.get_recent_err_msg()
+    yield acl
+    if rt.is_initialized():
+        rt.finalize()
+
+
+@pytest.fixture(scope="session")
+def sweep_model() -> bytes:
+    """A tiny offline model with a dynamic batch (gears 1, 2): Relu over float32 [-1, 4] — the model the contract
+    sweeps load, describe and run while every other argument is hostile."""
+    from rt.mdl import GraphBuilder
+    g = GraphBuilder("sweep")
+    g.output("y", g.op("Relu", [g.input("x", "float32", [-1, 4])]))
+    g.set_dynamic_batch([1, 2])
+    return g.serialize()
+
+
+@pytest.fixture
 def small_config(tmp_path):
     """Path of a config with 8 MiB of HBM per card (OOM is cheap to reach)."""
     path = tmp_path / "small.toml"
@@ -159,6 +186,8 @@ def run_python():
             raise subprocess.TimeoutExpired(argv, timeout)
         for t in readers:
             t.join(timeout)
+        assert not any(t.is_alive() for t in readers), f"pid {pid} ({argv[2:]}) exited, but its output pipes are " \
+                                                       f"still open after {timeout} s (a child of it holds them?)"
         out, err = (t.decode(errors="replace") for t in texts)
         return subprocess.CompletedProcess(argv, codes[0], out, err)
     return run

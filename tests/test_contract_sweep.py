@@ -33,20 +33,13 @@ SKIP = {"rt.finalize", "rt.init", "hccl.init"}
 class Goods:
     """Valid arguments by parameter name, made fresh for each call (calls may free or destroy them)."""
 
-    def __init__(self, rt, comm, tmp_dir):
+    def __init__(self, rt, comm, tmp_dir, model: bytes):
         self.rt, self.comm, self.tmp_dir = rt, comm, tmp_dir
-        self._model = None
+        self.model = model
         self._file = None
 
     def model_bytes(self):
-        if self._model is None:
-            from rt.mdl import GraphBuilder
-            g = GraphBuilder("sweep")
-            x = g.input("x", "float32", [-1, 4])
-            g.output("y", g.op("Relu", [x]))
-            g.set_dynamic_batch([1, 2])
-            self._model = g.serialize()
-        return self._model
+        return self.model
 
     def value(self, func: str, name: str):
         rt, mdl = self.rt, self.rt.mdl
@@ -213,9 +206,9 @@ def _cases(hostile, qualname, param):
     return [(label, (lambda v=bad: v)) for label, bad in BAD.items()] + hostile.values(qualname, param)
 
 
-def sweep(rt, comm, tmp_dir, functions=None):
+def sweep(rt, comm, tmp_dir, model, functions=None):
     """Run the sweep; returns the list of calls that escaped the contract."""
-    goods, hostile = Goods(rt, comm, tmp_dir), Hostile(rt)
+    goods, hostile = Goods(rt, comm, tmp_dir, model), Hostile(rt)
     problems = []
     for qualname, fn, params in functions or _public_functions():
         ctx = rt.create_context(0)            # everything this function's calls make goes with the context
@@ -246,10 +239,10 @@ def sweep(rt, comm, tmp_dir, functions=None):
     return problems
 
 
-def test_every_public_function_raises_only_npu_errors(hccl_rt_for_sweep, tmp_path, monkeypatch):
+def test_every_public_function_raises_only_npu_errors(hccl_rt_for_sweep, tmp_path, monkeypatch, sweep_model):
     rt, comm = hccl_rt_for_sweep
     monkeypatch.chdir(tmp_path)          # functions that write files (rt.trace_dump) write them here
-    problems = sweep(rt, comm, str(tmp_path))
+    problems = sweep(rt, comm, str(tmp_path), sweep_model)
     assert not problems, f"{len(problems)} calls escaped the contract:\n  " + "\n  ".join(problems)
 
 

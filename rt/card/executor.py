@@ -41,6 +41,7 @@ class Executor:
         self.max_bytes = max_bytes  # on a card its HBM: no intermediate of one execution may exceed it
         self.weights = weights if weights is not None else {w.name: w.array() for w in model.weights}
         self.ops = {node.name: registry.get_op(node.op) for node in model.nodes}
+        self._sized: dict[tuple, int] = {}  # input shapes -> bytes of one execution's intermediates (checked)
 
     def check_inputs(self, inputs) -> list[tuple[int, ...]]:
         model = self.model
@@ -62,6 +63,17 @@ class Executor:
         limits): refuse before allocating anything."""
         if self.max_bytes is None:
             return
+        shapes = tuple(specs[v.name].shape for v in self.model.inputs)
+        total = self._sized.get(shapes)
+        if total is None:                    # the first execution at these input shapes (a static model: the first)
+            if len(self._sized) >= 64:       # free dynamic dims: keep the memo bounded
+                self._sized.clear()
+            total = self._sized[shapes] = self._intermediates(specs)
+        if total > HOST_CHECK_FROM:   # intermediates live in host RAM: past a container's limit = SIGKILL
+            check_host_memory(total, f"model {self.model.name!r}: the intermediates of one execution")
+
+    def _intermediates(self, specs) -> int:
+        """Bytes of every node output at these specs; 207001 naming the first one larger than the card."""
         total = 0
         for node in self.model.nodes:
             for out in node.outputs:
@@ -73,8 +85,7 @@ class Executor:
                                    f"model {self.model.name!r} node {node.name!r} ({node.op}): output {out!r} "
                                    f"{spec.dtype}{list(spec.shape)} needs {need} bytes, more than the card's "
                                    f"{self.max_bytes}")
-        if total > HOST_CHECK_FROM:   # intermediates live in host RAM: past a container's limit = SIGKILL
-            check_host_memory(total, f"model {self.model.name!r}: the intermediates of one execution")
+        return total
 
     def run(self, inputs, outputs=None) -> list[np.ndarray]:
         """Execute; ``outputs`` are optional byte buffers to fill. Returns the output tensors."""

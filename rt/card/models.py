@@ -26,10 +26,6 @@ def _io_desc(info: fmt.ValueInfo, shape) -> dict:
             "dims": list(info.shape), "size": size}
 
 
-def _parse_fail(where: str, message: str):
-    raise AclError(AclErrorCode.ACL_ERROR_PARSE_MODEL, f"parse model: {where}: {message}")
-
-
 def describe(model: fmt.ModelDef, capacity: int | None = None) -> dict:
     """The msgpack-able description the host's ``get_desc`` serves.
 
@@ -50,7 +46,7 @@ def describe(model: fmt.ModelDef, capacity: int | None = None) -> dict:
                        f"parse model: model {model.name!r} cannot run at its largest input shapes "
                        f"{[list(s) for s in in_shapes or ()]}: {exc.message}") from None
     if capacity is not None:
-        limits.check_fits_card(model, specs, capacity, _parse_fail)
+        limits.check_fits_card(model, specs, capacity, fmt._fail)
     out_shapes = None if in_shapes is None else [specs[v.name].shape for v in model.outputs]
     return {
         "name": model.name,

@@ -19,8 +19,8 @@ from ..card.peers import Peers
 from ..config import Config
 from ..constants import AclErrorCode as E
 from ..errors import AclError
-from ..files import FileRefused, private_dir
-from ..wire.channel import LocalTransport, SocketTransport, socket_path
+from ..files import setup_dir
+from ..wire.channel import LocalTransport, SocketTransport, card_key, socket_path
 
 def card_wait() -> float:
     """Seconds a rank waits for its card to boot (NPUSIM_CARD_WAIT, read when used: a forked rank's own)."""
@@ -71,6 +71,7 @@ class SocketDirCards:
         self.cfg = cfg
         self.dir = socket_dir
         self.node = node
+        self._key: bytes | None = None          # the set's key (rt/wire/channel.py), read at the first connect
 
     def path(self, index: int) -> str:
         return socket_path(self.dir, self.node, index)
@@ -86,10 +87,12 @@ class SocketDirCards:
                                f"card {index} of node {self.node} is not running (no socket at {path} after "
                                f"{wait:g} s; did the job end or the card fail to start?)")
             time.sleep(0.02)
-        self._check_dir()
+        if self._key is None:                   # once per card set: the directory's check and its key
+            self._check_dir()
+            self._key = card_key(self.dir)
         while True:
             try:
-                return SocketTransport(path, on_message, on_close)     # presents the key beside the sockets
+                return SocketTransport(path, on_message, on_close, key=self._key)
             except ConnectionRefusedError:      # bound but not listening yet
                 if time.monotonic() >= deadline:
                     raise
@@ -97,10 +100,7 @@ class SocketDirCards:
 
     def _check_dir(self) -> None:
         """The socket directory must be ours and private (not a squatter's, not a link): the key is read there."""
-        try:
-            private_dir(self.dir, "card socket directory", create=False)
-        except FileRefused as e:
-            raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, e.message) from None
+        setup_dir(self.dir, "card socket directory", create=False)
 
     def close(self) -> None:
         pass

@@ -34,19 +34,15 @@ class PinnedBudget:
         self.in_use = 0
         self._lock = threading.Lock()
 
-    def effective_limit(self) -> int:
-        if self.limit:
-            return self.limit
-        return memlimit.budget().total // 2
-
     def reserve(self, size: int, what: str) -> None:
+        mem = memlimit.budget()                  # read once: it is a few /proc and cgroup files
         with self._lock:
-            limit = self.effective_limit()
+            limit = self.limit or mem.total // 2
             if self.in_use + size > limit:
                 raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION,
                                f"{what}: {size} bytes of pinned host memory requested; this process holds "
                                f"{self.in_use} of its {limit}-byte limit ([host] pinned_limit_bytes of the config)")
-            check_host_memory(size, what)
+            check_host_memory(size, what, mem)
             self.in_use += size
 
     def release(self, size: int) -> None:

@@ -75,7 +75,6 @@ class Recorder:
         self.profile_dir: str | None = None
         self.clients: dict[int, object] = {}          # id(client) -> client, every card this process used
         self.saved_logs: dict[str, list] = {}         # card name -> task log fetched before its release
-        self.released: set[int] = set()               # id(client) of contexts destroyed: never asked again
         self.reasons: list[str] = []
         self.exception: str | None = None
         self.rank: int | None = None
@@ -213,7 +212,7 @@ class Recorder:
         a card that is gone or does not answer within CARD_QUERY_TIMEOUT, as an earlier dump or the context's
         release last saw it (a SIGTERM after the process released its cards must not lose what they said)."""
         for client in list(self.clients.values()):
-            if getattr(client, "lost", True) or id(client) in self.released:
+            if getattr(client, "lost", True):
                 continue
             try:
                 self._merge(client.name, client.call("trace_tasks", timeout=CARD_QUERY_TIMEOUT))
@@ -230,8 +229,8 @@ class Recorder:
     def save_logs(self, client) -> None:
         """Before a context goes: keep its card's task log (when dumps or profiles may still want it). A later
         dump does not ask the closed channel again (each try would wait for a card that cannot answer)."""
-        self.released.add(id(client))
-        if id(client) not in self.clients or client.lost or not (self.profile_dir or self.directory()):
+        known = self.clients.pop(id(client), None) is not None     # released: later dumps use what is saved
+        if not known or client.lost or not (self.profile_dir or self.directory()):
             return
         try:
             self._merge(client.name, client.call("trace_tasks", timeout=CARD_QUERY_TIMEOUT))

@@ -22,7 +22,7 @@ import uuid
 from ..config import Config, check_object_store
 from ..constants import AclErrorCode as E
 from ..errors import AclError
-from ..files import FileRefused, private_dir
+from ..files import setup_dir
 from ..host import reaper
 
 NAMESPACE = "npusim"
@@ -52,18 +52,10 @@ def socket_root(create: bool = True) -> str:
     ``create=False``: the path only, checked if it exists (lookups such as ``npu-smi`` leave nothing behind)."""
     root = os.path.join(tempfile.gettempdir(), f"npusim-{os.getuid()}")
     if create or os.path.lexists(root):
-        private(root, "npusim's per-user directory",
+        setup_dir(root, "npusim's per-user directory",
                 "; another user may have created it to take over npusim's sockets: remove it (root, or its "
                 "owner, can), or point TMPDIR at a directory only you can write")
     return root
-
-
-def private(path: str, what: str, hint: str = "", create: bool = True) -> str:
-    """``rt.files.private_dir`` with its refusal as AclError 507033 (a job cannot set up its cards there)."""
-    try:
-        return private_dir(path, what, hint, create=create)
-    except FileRefused as e:
-        raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, e.message) from None
 
 
 def new_job_id() -> str:
@@ -278,7 +270,7 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
     from ..wire.channel import card_key
     count = cfg.cards_per_node if count is None else count
     pool.make_room(node_id, len(indices) if indices is not None else count)   # idle warm cards yield their NPU
-    socket_dir = private(socket_dir or os.path.join(socket_root(), job), f"card socket directory of job {job!r}")
+    socket_dir = setup_dir(socket_dir or os.path.join(socket_root(), job), f"card socket directory of job {job!r}")
     reaper.path(socket_dir)             # removed by destroy_cards, or by the reaper if we die first
     write_owner(socket_dir, job)
     key = card_key(socket_dir, create=True)   # what every connection to these cards must present

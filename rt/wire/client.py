@@ -50,7 +50,7 @@ class CardClient:
         self._state = None                        # int64 view of the card's shared stream-state page
         self._slots: dict[int, int | None] = {}   # stream id -> slot in that page (None: not shared)
         self._announced = -1                      # extensions.version last declared to the card
-        self._refused = None                      # [code, message] if the card refused this connection
+        self._refused = None                      # (code, message) if the card refused this connection
         self._gone = threading.Event()            # set once the channel closed
         self.transport = connect(self._on_message, self._on_close)
         self.info = self.call("hello", os.getpid(), label)
@@ -60,7 +60,7 @@ class CardClient:
         req = msg[0]
         if req == NOTIFY and msg[1] == "refused":   # the card did not admit us (wrong key): it closes next
             code, text = msg[2] if isinstance(msg[2], list) and len(msg[2]) == 2 else (None, msg[2])
-            self._refused = [code if isinstance(code, int) else int(E.ACL_ERROR_RT_NO_PERMISSION), str(text)]
+            self._refused = (code if isinstance(code, int) else int(E.ACL_ERROR_RT_NO_PERMISSION), str(text))
             return
         if req == NOTIFY:
             handler = self.handlers.get(msg[1])
@@ -87,28 +87,27 @@ class CardClient:
         self._gone.set()
         with self._lock:
             waiters, self._waiters = list(self._waiters.values()), {}
-        refused = self._refused
+        closed = self._refusal() or AclError(E.ACL_ERROR_RT_SOCKET_CLOSE, f"the channel to {self.name} closed (card "
+                                                                          f"actor died or was shut down)")
         for w in waiters:
-            if refused is not None:
-                w.ok, w.value = False, ["acl", int(refused[0]), str(refused[1])]
-            else:
-                w.ok, w.value = False, ["acl", int(E.ACL_ERROR_RT_SOCKET_CLOSE),
-                                        f"the channel to {self.name} closed (card actor died or was shut down)"]
+            w.ok, w.value = False, errors.to_wire(closed)
             w.event.set()
+
+    def _refusal(self) -> AclError | None:
+        """Why the card refused this connection (it presented no key, or another job's), if it did."""
+        return None if self._refused is None else AclError(*self._refused)
 
     # -- outgoing -------------------------------------------------------------------------------
     def _send(self, msg, fds=()) -> None:
         if self.lost:
-            if self._refused is not None:
-                raise AclError(int(self._refused[0]), str(self._refused[1]))
-            raise AclError(E.ACL_ERROR_RT_SOCKET_CLOSE, f"{self.name} is gone (its channel closed)")
+            raise self._refusal() or AclError(E.ACL_ERROR_RT_SOCKET_CLOSE, f"{self.name} is gone (its channel closed)")
         if self._announced != extensions.version:
             self._announce()
         try:
             self.transport.send(msg, fds)
         except OSError as e:
             if self._gone.wait(1.0) and self._refused is not None:   # the card refused us and closed: say why
-                raise AclError(int(self._refused[0]), str(self._refused[1])) from None
+                raise self._refusal() from None
             raise AclError(E.ACL_ERROR_RT_SOCKET_CLOSE, f"cannot reach {self.name}: {e}") from None
         except (TypeError, ValueError, OverflowError) as e:     # the wire encoder refused an argument
             raise AclError(E.ACL_ERROR_INVALID_PARAM,

@@ -128,11 +128,11 @@ def host_headroom(total: int) -> int:
     return max(256 << 20, total // 20)
 
 
-def check_host_memory(nbytes: int, what: str) -> None:
+def check_host_memory(nbytes: int, what: str, mem: memlimit.MemoryBudget | None = None) -> None:
     """Refuse (207001, naming the numbers) a segment the host cannot back: pre-faulting it would have the
     kernel's OOM killer end the process instead of an error. Inside a memory cgroup (a container) its limit
-    is the bound, not the machine's RAM (``rt/memlimit.py``)."""
-    mem = memlimit.budget()
+    is the bound, not the machine's RAM (``rt/memlimit.py``). ``mem``: a budget the caller just read."""
+    mem = mem or memlimit.budget()
     if nbytes > mem.available - host_headroom(mem.total):
         raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION,
                        f"{what}: {nbytes} bytes requested, but {mem.describe()}; {host_headroom(mem.total)} "

@@ -14,8 +14,7 @@ import socket
 import threading
 
 from .. import slog
-from ..errors import AclError
-from ..files import FileRefused, private_dir
+from ..files import setup_dir
 from ..constants import AclErrorCode as E
 from .channel import HANDSHAKE_BYTES, HELLO, card_key, key_matches, recv_into, sendmsg
 from .protocol import NOTIFY, unpacker
@@ -33,10 +32,7 @@ class CardServer:
         self.card = card
         self.path = path
         directory = os.path.dirname(path) or "."
-        try:
-            private_dir(directory, "card socket directory", create=make_dir)
-        except FileRefused as e:
-            raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, e.message) from None
+        setup_dir(directory, "card socket directory", create=make_dir)
         self.key = card_key(directory, create=True) if key is None else key
         self.refused = 0                  # connections refused for a wrong or missing key
         if os.path.exists(path):
@@ -141,6 +137,9 @@ class CardServer:
             self.sock.close()
             if self._acceptor is not threading.current_thread():
                 self._acceptor.join(timeout=5)
+                if self._acceptor.is_alive():
+                    slog.warning(slog.RUNTIME, "card %d (node %d): the accept thread of %s still runs 5 s after "
+                                 "close", self.card.index, self.card.node, self.path)
         finally:
             for s in list(self._conns):
                 try:

@@ -20,19 +20,6 @@ from acl._hostptr import HostRegions
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def acl0(monkeypatch):
-    monkeypatch.setenv("NPUSIM_BACKEND", "local")
-    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("NPUSIM_ACL_STRICT", raising=False)
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    acl.get_recent_err_msg()
-    yield acl
-    if rt.is_initialized():
-        rt.finalize()
-
-
 # ---------------------------------------------------------------- import, detection
 def test_import_is_side_effect_free_and_answers_ray_detection_from_the_config(tmp_path):
     cfg = tmp_path / "four.toml"

@@ -19,19 +19,6 @@ PARAM_INVALID = 107000
 PARSE_FILE, INVALID_FILE = 100006, 100003
 
 
-@pytest.fixture
-def acl0(monkeypatch):
-    monkeypatch.setenv("NPUSIM_BACKEND", "local")
-    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
-    monkeypatch.delenv("NPUSIM_ACL_STRICT", raising=False)
-    assert acl.init() == 0
-    assert acl.rt.set_device(0) == 0
-    acl.get_recent_err_msg()
-    yield acl
-    if rt.is_initialized():
-        rt.finalize()
-
-
 def _ptr(array):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)          # the discontiguous-array warning
@@ -102,7 +89,6 @@ def test_unmapped_reads_the_process_memory_map():
     assert "not mapped" in unmapped(8, 16, write=False)                  # page 0 is never mapped
     rw = np.zeros(1 << 20, np.uint8)
     assert unmapped(rw.ctypes.data, rw.nbytes, write=True) is None
-    del addr
     page.close()
 
 

@@ -43,22 +43,15 @@ SKIP = {"init", "finalize", "rt.reset_device", "rt.reset_device_force", "get_rec
 class Goods:
     """Valid facade arguments by parameter name (ints, as pyACL's handles are), made fresh for each call."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, model: bytes):
         self.tmp_path = tmp_path
         self.hosts: list[int] = []                   # pinned buffers made for calls, freed after the sweep
-        self._model = None
+        self.model = model
+        (tmp_path / "sweep.om").write_bytes(model)
         self.keep = []                                 # host objects whose addresses are in use
 
     def model_bytes(self):
-        if self._model is None:
-            from rt.mdl import GraphBuilder
-            g = GraphBuilder("sweep")
-            x = g.input("x", "float32", [-1, 4])
-            g.output("y", g.op("Relu", [x]))
-            g.set_dynamic_batch([1, 2])
-            self._model = g.serialize()
-            (self.tmp_path / "sweep.om").write_bytes(self._model)
-        return self._model
+        return self.model
 
     def model_id(self):
         return acl.mdl.load_from_mem(self.model_bytes(), len(self.model_bytes()))[0]
@@ -183,12 +176,12 @@ def facade_functions():
 def _failed(fn, result):
     """(failed, code) of a facade result, by the convention its wrapper follows (acl/_core.py): ``code``
     returns ret, ``values`` returns (*values, ret), ``plain`` returns a value, its default on failure."""
-    cells = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__ or ())))
-    if "default" in cells:                                           # plain
-        default = cells["default"]
+    form = getattr(fn, "acl_form", "code")                          # undecorated: returns ret itself
+    if form == "plain":
+        default = fn.acl_default
         same = result is default or (type(result) is type(default) and result == default)
         return same, None
-    code = result[-1] if "defaults" in cells and isinstance(result, tuple) else result
+    code = result[-1] if form == "values" and isinstance(result, tuple) else result
     return code != 0, code
 
 
@@ -207,8 +200,8 @@ def _check(qual, fn, param, label, call, must_fail, problems):
         problems.append(f"{qual}({param}={label}) was accepted (returned {result!r})"[:300])
 
 
-def sweep(tmp_path):
-    goods, hostile_goods = Goods(tmp_path), Goods(tmp_path)
+def sweep(tmp_path, model):
+    goods, hostile_goods = Goods(tmp_path, model), Goods(tmp_path, model)
     hostile = Hostile(hostile_goods)
     problems = []
     try:
@@ -240,7 +233,7 @@ def sweep(tmp_path):
     return problems
 
 
-def test_every_facade_function_returns_a_real_code(monkeypatch, tmp_path):
+def test_every_facade_function_returns_a_real_code(monkeypatch, tmp_path, sweep_model):
     monkeypatch.setenv("NPUSIM_BACKEND", "local")
     monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
     monkeypatch.delenv("NPUSIM_ACL_STRICT", raising=False)
@@ -248,7 +241,7 @@ def test_every_facade_function_returns_a_real_code(monkeypatch, tmp_path):
     assert acl.init() == 0
     try:
         assert acl.rt.set_device(0) == 0
-        problems = sweep(tmp_path)
+        problems = sweep(tmp_path, sweep_model)
     finally:
         rt.finalize()
     assert not problems, f"{len(problems)} calls escaped the contract:\n  " + "\n  ".join(problems)

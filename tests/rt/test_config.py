@@ -119,3 +119,12 @@ def test_the_shipped_configs_and_edge_values_load(tmp_path):
                     "[node]\ncards = 64\n[card]\nhbm_bytes = 1048576\n")
     cfg = load_config(str(path))
     assert (cfg.exec_timeout, cfg.connect_timeout, cfg.cards_per_node) == (2147483647, 7200, 64)
+
+
+@pytest.mark.parametrize("name", ["x" * 5000, "a\0b", "a/" + "y" * 300])
+def test_a_config_name_the_os_cannot_look_up_is_a_named_error(rt_factory, name):
+    """Past NAME_MAX / PATH_MAX or with a NUL, Path.exists() raises OSError/ValueError: it must not escape rt.init."""
+    import rt
+    with pytest.raises(rt.AclError) as e:
+        rt_factory(name)
+    assert e.value.code in (100000, 100003) and "config" in e.value.message

@@ -277,5 +277,6 @@ def test_job_board_survives_an_infinite_or_nan_timeout():
     time.sleep(0.2)
     assert board.join("k", 2, 1, "b", 5.0) == {"values": ["a", "b"]}
     waiter.join(10)
+    assert not waiter.is_alive(), "JobBoard.join('k', rank 0, timeout=inf) did not return within 10 s of rank 1"
     assert got.get("r") == {"values": ["a", "b"]}
     assert board.join("n", 2, 0, "a", float("nan")) == {"joined": [0]}    # nan: no wait, a plain timeout

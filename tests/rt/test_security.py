@@ -6,7 +6,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
@@ -162,13 +161,6 @@ def card_at(tmp_path):
 
 def client(path, key=None):
     return CardClient(lambda m, c: SocketTransport(path, m, c, key=key), name="card 0 (node 0)")
-
-
-def wait_for(cond, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 def test_each_card_set_has_its_own_private_key(card_at, tmp_path):
