@@ -30,8 +30,9 @@ DUMP_ENV = textwrap.dedent(f"""
     env["pid"] = os.getpid()
     env["argv"] = sys.argv[1:]
     out = os.path.join(os.environ["OUT_DIR"], f"env{{env['RANK']}}.{{env['RESTART_COUNT']}}.json")
-    with open(out, "w") as f:
+    with open(out + ".part", "w") as f:
         json.dump(env, f)
+    os.rename(out + ".part", out)           # a test polling for the file sees it whole or not at all
     print("ENV", json.dumps(env))
     print("err line", file=sys.stderr)
 """)
@@ -293,8 +294,10 @@ def test_ctrl_c_leaves_no_rank_process_or_temp_file(tmp_path, out_dir):
     path = script(tmp_path, "sleepy.py", DUMP_ENV + textwrap.dedent("""
         import subprocess, time
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-        with open(os.path.join(os.environ["OUT_DIR"], f"child{env['RANK']}"), "w") as f:
+        tmp = os.path.join(os.environ["OUT_DIR"], f".child{env['RANK']}")
+        with open(tmp, "w") as f:
             f.write(str(child.pid))
+        os.rename(tmp, os.path.join(os.environ["OUT_DIR"], f"child{env['RANK']}"))   # seen whole or not at all
         time.sleep(120)
     """))
     shm_before = set(os.listdir("/dev/shm"))
