@@ -14,7 +14,8 @@ import threading
 
 import rt
 
-from rt import args, errors, slog
+from rt import args, errors
+from rt.diag import slog
 from rt.constants import AclErrorCode as E
 from rt.errors import AclError
 from rt.host.runtime import RUNTIME

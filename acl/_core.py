@@ -27,7 +27,8 @@ import os
 import threading
 import traceback
 
-from rt import args, errors, slog
+from rt import args, errors
+from rt.diag import slog
 from rt.constants import AclErrorCode as E
 from rt.errors import AclError, NpuError
 

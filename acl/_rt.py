@@ -21,6 +21,7 @@ from rt.addresses import decode_addr
 from rt.config import load_config
 from rt.constants import AclErrorCode as E, EventRecordedStatus, MemAttr, MemcpyKind, RunMode
 from rt.errors import AclError
+from rt.host.copies import KIND_OF_SIDES, given_kind, kind_fits
 from rt.host.runtime import RUNTIME, parse_visible
 from ._callbacks import launch_callback, process_report, subscribe_report, unsubscribe_report  # noqa: F401
 from ._core import CONTEXT, EVENT, HANDLES, STREAM, code, context_of, event_of, stream_of, strict, values
@@ -268,11 +269,6 @@ def _side(x, nbytes: int, call: str, arg: str):
     return (True, x) if is_dev else (False, REGIONS.view(x, nbytes, call, arg))
 
 
-_KIND_OF = {(False, True): MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE, (True, False): MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST,
-            (True, True): MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE, (False, False): MemcpyKind.ACL_MEMCPY_HOST_TO_HOST}
-_SAME_AS = {MemcpyKind.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE,
-            MemcpyKind.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE,
-            MemcpyKind.ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE}
 _warned_kinds: set = set()
 
 
@@ -285,17 +281,15 @@ def _copy_args(call, dst, dest_max, src, count, kind):
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: count {count} exceeds dest_max {dest_max}")
     dst_dev, d = _address(dst, call, "dst")
     src_dev, s = _address(src, call, "src")
-    actual = _KIND_OF[(src_dev, dst_dev)]
+    actual = KIND_OF_SIDES[(src_dev, dst_dev)]
     # host sides: a whole pinned buffer goes as itself (rt's fastest path), the rest as views
     resolve = REGIONS.view if actual == MemcpyKind.ACL_MEMCPY_HOST_TO_HOST else REGIONS.buffer
     if not dst_dev:
         d = resolve(d, count, call, "dst")
     if not src_dev:
         s = resolve(s, count, call, "src", write=False)
-    if not args.is_int(kind) or int(kind) not in MemcpyKind._value2member_map_:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: unknown copy kind {args.shown(kind)} (expected 0..7)")
-    given = MemcpyKind(int(kind))
-    if given != MemcpyKind.ACL_MEMCPY_DEFAULT and _SAME_AS.get(given, given) != actual:
+    given = given_kind(kind, call)
+    if not kind_fits(given, actual):
         text = (f"{call}: kind {given.name} does not match the addresses, which make it {actual.name}; the "
                 f"addresses decide, as in CANN (NPUSIM_ACL_STRICT=1 makes this an error)")
         if strict():

@@ -6,7 +6,7 @@
     python bench/compare.py --two-nodes          # also 16 ranks on 2 simulated nodes vs 8 on 1 (64 MiB)
 
 What it runs, round after round in the same order (ours, gloo, mpi, ours, gloo, mpi, ...):
-  ours  ``python -m launcher.hccl_test <coll> -p N ... --json`` (``hccl-test``; each call its own ``launch``)
+  ours  ``python -m launcher.tools.hccl_test <coll> -p N ... --json`` (``hccl-test``; each call its own ``launch``)
   gloo  ``torchrun --nproc-per-node N bench/peers/gloo_allreduce.py <coll> ...`` (needs torch: the
         ``bench`` extra; skipped with a note when it is missing)
   mpi   ``mpirun -np N python bench/peers/mpi_allreduce.py <coll> ...`` (needs mpi4py + Open MPI;
@@ -109,7 +109,7 @@ def sweep_args(ns, coll: str) -> list[str]:
 def run_peer(peer: str, coll: str, ns, log) -> list[dict] | None:
     """Rows {size, time_us} of one run, or None if it failed (the log says why)."""
     if peer == "ours":
-        cmd = [sys.executable, "-m", "launcher.hccl_test", *sweep_args(ns, coll), "-p", str(ns.nproc), "-c", "1", "--json"]
+        cmd = [sys.executable, "-m", "launcher.tools.hccl_test", *sweep_args(ns, coll), "-p", str(ns.nproc), "-c", "1", "--json"]
         code, out, _ = run_child(cmd, ns.timeout, log)
         if code != 0:
             return None
@@ -150,7 +150,7 @@ def two_nodes(ns, log) -> dict | None:
         cluster.add_node(num_cpus=2, resources={"NPU": ns.nproc})
         out = {}
         for nodes in (2, 1):
-            cmd = [sys.executable, "-m", "launcher.hccl_test", "all_reduce", "-p", str(ns.nproc), "--nnodes", str(nodes),
+            cmd = [sys.executable, "-m", "launcher.tools.hccl_test", "all_reduce", "-p", str(ns.nproc), "--nnodes", str(nodes),
                    "-b", "64M", "-e", "64M", "-n", "5", "-w", "2", "-c", "1", "--json", "--address", cluster.address]
             code, text, _ = run_child(cmd, ns.timeout, log)
             if code != 0:

@@ -33,7 +33,7 @@ def with_env(on: bool):
 
 
 def sweep(ns, log) -> dict | None:
-    cmd = [sys.executable, "-m", "launcher.hccl_test", "all_reduce", "-p", str(ns.nproc), "-b", "1K", "-e", "1M",
+    cmd = [sys.executable, "-m", "launcher.tools.hccl_test", "all_reduce", "-p", str(ns.nproc), "-b", "1K", "-e", "1M",
            "-f", "4", "-n", str(ns.iters), "-w", "5", "-c", "1", "--json"]
     code, out, _ = compare.run_child(cmd, ns.timeout, log)
     if code != 0:

@@ -15,4 +15,4 @@ from .ddp import DataParallel, all_reduce_gradients, broadcast_parameters
 from .sharding import ShardedModel, load_sharded, plan_tensor
 from .types import *  # noqa: F401,F403  C names: HCCL_E_TIMEOUT, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM, ...
 from .types import HcclDataType, HcclReduceOp, HcclResult
-from rt.errors import HcclError
+from .errors import HcclError

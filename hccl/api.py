@@ -4,6 +4,10 @@ What can be checked on the host (dtype, op, counts, root/peer range, buffers on 
 card, the stream's card) raises ``HcclError(HCCL_E_PARA/HCCL_E_PTR)`` at the call; everything found
 while running (mismatched calls across ranks, timeouts, dead peers) surfaces at the covering
 stream synchronize.
+
+One call's path: checked and numbered here → the observers see it (``rt/host/seam.py``: race detector, flight
+recorder, fault injection; ``diag.py`` tells them what HCCL's calls are) → run in this process
+(``hostpath.py``) or sent to the card as a stream task → the card's HCCL extension (``card/``).
 """
 
 from __future__ import annotations
@@ -14,20 +18,21 @@ import numpy as np
 
 from rt import args
 from rt.addresses import decode_addr
-from rt.errors import AclError, HcclError
-from rt.faults import FAULTS
-from rt.host.racecheck import RACE
-from rt.host.recorder import RECORDER
+from rt.errors import AclError
 from rt.host.runtime import RUNTIME
+from rt.host.seam import SEAM
 from rt.host.streams import stream_handle
 
-from .comm import Communicator, _check_comm
-from .types import HcclDataType, HcclResult, hccl_dtype, np_dtype, reduce_op
+from .diag import CALLS
+from .errors import HcclError, hccl_para
+from .handle import CommHandle, _check_comm
+from .types import HcclDataType, HcclResult, hccl_dtype, reduce_op
+from .types import hccl_np_dtype
 
 HCCL_SEND, HCCL_RECV = 0, 1
 
 
-def _stream(comm: Communicator, stream, call):
+def _stream(comm: CommHandle, stream, call):
     if stream is None or (isinstance(stream, int) and stream == 0):
         with RUNTIME.using(comm.ctx):
             return stream_handle(None, call)
@@ -44,10 +49,10 @@ MAX_COUNT = 1 << 56          # elements: far beyond any card, small enough that 
 
 
 def _count(count, call, name="count") -> int:
-    return args.integer(count, call, name, hi=MAX_COUNT, error=args.hccl_para)
+    return args.integer(count, call, name, hi=MAX_COUNT, error=hccl_para)
 
 
-def _buf(comm: Communicator, ptr, nbytes: int, itemsize: int, call: str, name: str):
+def _buf(comm: CommHandle, ptr, nbytes: int, itemsize: int, call: str, name: str):
     null = ptr is None or (args.is_int(ptr) and ptr == 0)
     if nbytes == 0 and null:
         return None
@@ -77,31 +82,18 @@ def _launch(comm, stream, op, params, buffers, call):
     seq = comm.next_seq()
     params = dict(params, fingerprint=_fingerprint(op, params.get("count", 0), params.get("dtype"), params.get("op"),
                                                    params.get("root")), algo=comm.options.get("algo", ""))
-    if RACE.on():
-        _race(comm, st, seq, op, params, buffers)
-    entry = RECORDER.collective(comm, op, params, seq, st) if RECORDER.enabled else None   # before: a rank
-    host = comm.host_path()                                                                # stopped in the call
-    if FAULTS.armed:                                                                       # is seen in it
-        host, params = FAULTS.collective(comm, op, seq, params, host)     # NPUSIM_FAULTS (rt/faults.py)
+    # Seen before it runs (a rank stopped inside it is seen in it); an injected fault's card part comes back in
+    # params["fault"], and only the card can carry it out.
+    seen = SEAM.collective(st, "collective", op, seq, comm, params, buffers, CALLS) if SEAM.on else None
+    host = None if "fault" in params else comm.host_path()
     if host is not None and host.run(st, seq, op, params, buffers):
-        if entry is not None:
-            RECORDER.placed(entry, host.handed_task, on_host=host.handed_task is None)
+        if seen is not None:
+            SEAM.placed(seen, host.handed_task, on_host=host.handed_task is None)
         return
     task = st.ctx.client.submit(st.id, "hccl_collective", comm.id, comm.rank, seq, op, params,
                                 {k: v for k, v in buffers.items() if v is not None})
-    if entry is not None:
-        RECORDER.placed(entry, task)
-
-
-def _race(comm, st, seq, op, params, buffers) -> None:
-    """The race detector's view of a collective: send read, recv written (broadcast's buffer both), then a
-    synchronisation among the ranks' streams."""
-    send, recv = buffers.get("send"), buffers.get("recv")
-    reads = [("dev", send[0], send[1])] if send else []
-    writes = [("dev", recv[0], recv[1])] if recv else []
-    if op == "broadcast" and recv:
-        reads.append(("dev", recv[0], recv[1]))
-    RACE.collective(st, comm.id, seq, f"{op} #{seq} (comm {comm.id!r})", reads, writes)
+    if seen is not None:
+        SEAM.placed(seen, task)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -120,7 +112,7 @@ def _prep(comm, count, dtype, call):
     _check_comm(comm, call)
     count = _count(count, call)
     code = hccl_dtype(dtype)
-    return count, int(code), np_dtype(code).itemsize
+    return count, int(code), hccl_np_dtype(code).itemsize
 
 
 def all_reduce(send, recv, count, dtype, op, comm, stream=None) -> None:
@@ -205,11 +197,11 @@ def all_to_all_v(send, send_counts, sdispls, send_type, recv, recv_counts, rdisp
     code = int(hccl_dtype(send_type))
     if int(hccl_dtype(recv_type)) != code:
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: send_type and recv_type differ")
-    isz = np_dtype(code).itemsize
+    isz = hccl_np_dtype(code).itemsize
     tables = {}
     for name, v in (("send_counts", send_counts), ("sdispls", sdispls), ("recv_counts", recv_counts),
                     ("rdispls", rdispls)):
-        tables[name] = args.int_list(v, call, name, length=comm.size, hi=MAX_COUNT, error=args.hccl_para)
+        tables[name] = args.int_list(v, call, name, length=comm.size, hi=MAX_COUNT, error=hccl_para)
     send_n = max([d + c for d, c in zip(tables["sdispls"], tables["send_counts"])] + [0])
     recv_n = max([d + c for d, c in zip(tables["rdispls"], tables["recv_counts"])] + [0])
     _no_overlap(send, send_n * isz, recv, recv_n * isz, call)
@@ -238,7 +230,7 @@ def _p2p(comm, items, stream, call):
     for kind, buf, count, dtype, peer in items:
         count = _count(count, call)
         code = int(hccl_dtype(dtype))
-        isz = np_dtype(code).itemsize
+        isz = hccl_np_dtype(code).itemsize
         peer = _root(comm, peer, call, "dest" if kind == "send" else "src")
         if peer == comm.rank:
             raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: rank {comm.rank} cannot {kind} to itself")
@@ -247,14 +239,15 @@ def _p2p(comm, items, stream, call):
             raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: count must be > 0 for send/recv")
         wire.append([kind, peer, b[0], count, code, b[1]])
     st = _stream(comm, stream, call)
-    extra = FAULTS.p2p(comm, call) if FAULTS.armed else ()                # NPUSIM_FAULTS (rt/faults.py)
+    if not SEAM.on:
+        st.ctx.client.submit(st.id, "hccl_p2p", comm.id, comm.rank, wire)
+        return
+    params: dict = {}                    # an injected fault's card part comes back in params["fault"]
+    seen = SEAM.collective(st, "p2p", call, None, comm, params, wire, CALLS)
+    extra = (params["fault"],) if "fault" in params else ()
     task = st.ctx.client.submit(st.id, "hccl_p2p", comm.id, comm.rank, wire, *extra)
-    if RACE.on():
-        RACE.task(st, call, [("dev", ptr, n) for kind, _, ptr, _, _, n in wire if kind == "send"],
-                  [("dev", ptr, n) for kind, _, ptr, _, _, n in wire if kind == "recv"])
-    if RECORDER.enabled:
-        RECORDER.record("p2p", call, st.ctx.client, st.id, task, comm=comm.id, rank=comm.rank, size=comm.size,
-                        items=[[k, peer, count, dtype] for k, peer, _, count, dtype, _ in wire])
+    if seen is not None:
+        SEAM.placed(seen, task)
 
 
 def send(buf, count, dtype, dest, comm, stream=None) -> None:
@@ -270,7 +263,7 @@ def batch_send_recv(items, comm, stream=None) -> None:
     """Items are (HCCL_SEND|HCCL_RECV, buf, count, dtype, remote_rank) tuples or dicts with those keys."""
     conv = []
     keys = ("type", "buf", "count", "dtype", "remote_rank")
-    for i, it in enumerate(args.sequence(items, "batch_send_recv", "items", error=args.hccl_para)):
+    for i, it in enumerate(args.sequence(items, "batch_send_recv", "items", error=hccl_para)):
         if isinstance(it, dict) and all(k in it for k in keys):
             it = tuple(it[k] for k in keys)
         if not isinstance(it, (list, tuple)) or len(it) != 5:

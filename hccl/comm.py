@@ -9,14 +9,16 @@ import threading
 import uuid
 
 import rt
-from rt import args, slog
-from rt.config import CONNECT_TIMEOUT_RANGE, EXEC_TIMEOUT_MAX
-from rt.errors import HcclError
+from rt import args
+from rt.diag import slog
 from rt.host.runtime import RUNTIME
 from rt.wire import extensions
 
 from . import hostpath
 from .algos import parse_hccl_algo
+from .config import CONNECT_TIMEOUT_RANGE, EXEC_TIMEOUT_MAX
+from .errors import HcclError, hccl_para
+from .handle import CommHandle, _check_comm
 from .ranktable import load_rank_table
 from .tensor_ops import TensorCollectives
 from .types import HcclResult
@@ -58,44 +60,10 @@ class RootInfo:
         return f"RootInfo({self.id!r})"
 
 
-class Communicator(TensorCollectives):
-    """One rank's handle on a communicator, bound to one card (the device current at init); the
-    ``rt.Tensor`` methods (``comm.all_reduce(t)``, ...) come from ``TensorCollectives``."""
-
-    def __init__(self, ctx, comm_id: str, rank: int, size: int, members: list, options: dict):
-        self.ctx = ctx
-        self.id = comm_id
-        self.rank = rank
-        self.size = size
-        self.members = members
-        self.options = options
-        self.seq = 0
-        self.destroyed = False
-        self.lock = threading.Lock()
-        self._host = False             # HostPath once built (None: this communicator has none)
-        hostpath.joined(comm_id)
-
-    def host_path(self):
-        """Where this rank runs small collectives itself when its stream is idle (``hccl/hostpath.py``)."""
-        if self._host is False:
-            self._host = hostpath.HostPath.build(self)
-        return self._host
-
-    @property
-    def world_size(self) -> int:
-        return self.size
-
-    @property
-    def device(self) -> int:
-        return self.ctx.device
-
-    def next_seq(self) -> int:
-        with self.lock:
-            self.seq += 1
-            return self.seq
-
-    def __repr__(self):
-        return f"Communicator({self.id!r}, rank {self.rank}/{self.size} on {self.ctx.name})"
+class Communicator(CommHandle, TensorCollectives):
+    """One rank's handle on a communicator, bound to one card (the device current at init): its state and the
+    pointer-level API's check come from ``CommHandle`` (``hccl/handle.py``), the ``rt.Tensor`` methods
+    (``comm.all_reduce(t)``, ...) from ``TensorCollectives`` (``hccl/tensor_ops.py``)."""
 
 
 _DECIMAL = re.compile(r"[0-9]{1,12}(\.[0-9]{1,9})?")
@@ -179,7 +147,7 @@ def comm_init_root_info_config(nranks: int, root_info: RootInfo, rank: int, conf
                                                 f"{sorted(CONFIG_KEYS)}")
     cfg = {}
     if "exec_timeout" in config:
-        t = args.number(config["exec_timeout"], call, "exec_timeout", hi=EXEC_TIMEOUT_MAX, error=args.hccl_para)
+        t = args.number(config["exec_timeout"], call, "exec_timeout", hi=EXEC_TIMEOUT_MAX, error=hccl_para)
         cfg["exec_timeout"] = t or 1e9
     if "deterministic" in config:
         cfg["deterministic"] = bool(config["deterministic"])
@@ -194,7 +162,7 @@ def comm_init_root_info_config(nranks: int, root_info: RootInfo, rank: int, conf
 
 def comm_init_all(devices) -> list[Communicator]:
     """One process, several cards: a communicator over ``devices`` (rank i on devices[i])."""
-    devices = args.int_list(devices, "comm_init_all", "devices", hi=1 << 16, error=args.hccl_para)
+    devices = args.int_list(devices, "comm_init_all", "devices", hi=1 << 16, error=hccl_para)
     if not devices or len(set(devices)) != len(devices):
         raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_all: devices {devices} must be non-empty and distinct")
     for d in devices:
@@ -255,8 +223,8 @@ def create_sub_comm(comm: Communicator, rank_ids, sub_comm_id: int, sub_rank: in
     _check_comm(comm, "create_sub_comm")
     if rank_ids is None:
         return None
-    ids = args.int_list(rank_ids, "create_sub_comm", "rank_ids", error=args.hccl_para)
-    sub_comm_id = args.integer(sub_comm_id, "create_sub_comm", "sub_comm_id", hi=(1 << 32) - 1, error=args.hccl_para)
+    ids = args.int_list(rank_ids, "create_sub_comm", "rank_ids", error=hccl_para)
+    sub_comm_id = args.integer(sub_comm_id, "create_sub_comm", "sub_comm_id", hi=(1 << 32) - 1, error=hccl_para)
     if sorted(set(ids)) != ids or not ids or ids[0] < 0 or ids[-1] >= comm.size:
         raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: rank_ids {ids} must be ascending, distinct ranks "
                                                 f"of comm '{comm.id}' (size {comm.size})")
@@ -286,14 +254,6 @@ def get_rank_size(comm: Communicator) -> int:
 
 def get_rank_id(comm: Communicator) -> int:
     return _check_comm(comm, "get_rank_id").rank
-
-
-def _check_comm(comm, call) -> Communicator:
-    if not isinstance(comm, Communicator):
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {args.shown(comm)} is not a communicator")
-    if comm.destroyed or comm.ctx.destroyed:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: communicator '{comm.id}' was destroyed")
-    return comm
 
 
 _world: Communicator | None = None

@@ -39,10 +39,10 @@ import numpy as np
 import rt
 from rt import args
 from rt.host.runtime import RUNTIME
-from rt.errors import HcclError
 
 from . import api
 from .comm import Communicator, _check_comm
+from .errors import HcclError, hccl_para
 from .types import HcclResult, hccl_dtype
 
 MIB = 1 << 20
@@ -295,8 +295,8 @@ def all_reduce_gradients(grads, comm: Communicator, *, average: bool = True, str
     """Unbucketed baseline: all-reduce each gradient tensor in place (one collective per tensor) on
     ``stream`` and scale it by 1/N; asynchronous like any collective."""
     _check_comm(comm, "all_reduce_gradients")
-    grads = args.sequence(grads, "all_reduce_gradients", "grads", error=args.hccl_para)
-    average = args.flag(average, "all_reduce_gradients", "average", error=args.hccl_para)
+    grads = args.sequence(grads, "all_reduce_gradients", "grads", error=hccl_para)
+    average = args.flag(average, "all_reduce_gradients", "average", error=hccl_para)
     with _on(comm.ctx):
         for i, g in enumerate(grads):
             if not isinstance(g, rt.Tensor):
@@ -314,7 +314,7 @@ def all_reduce_gradients(grads, comm: Communicator, *, average: bool = True, str
 def broadcast_parameters(params, comm: Communicator, root: int = 0, stream=None) -> None:
     """Copy ``root``'s parameter tensors to every rank, in place (asynchronous on ``stream``)."""
     _check_comm(comm, "broadcast_parameters")
-    for i, p in enumerate(args.sequence(params, "broadcast_parameters", "params", error=args.hccl_para)):
+    for i, p in enumerate(args.sequence(params, "broadcast_parameters", "params", error=hccl_para)):
         if not isinstance(p, rt.Tensor):
             raise HcclError(HcclResult.HCCL_E_PARA, f"broadcast_parameters: parameter {i} is {type(p).__name__}, "
                                                     f"expected rt.Tensor")

@@ -25,9 +25,10 @@ from __future__ import annotations
 import os
 import threading
 
-from rt.errors import HcclError, NpuError
+from rt.errors import NpuError
 from rt.wire.segment import close_fds, map_received
 
+from .errors import HcclError
 from .protocol.ctrlblock import DONE, PHASE, ControlBlock, WaitAbort, wait_until
 from .protocol.staged import fits_stage, stage_agrees, stage_in, stage_out, stage_source
 from .types import HcclResult

@@ -1,6 +1,6 @@
 """The rank body of ``hccl-test`` (nccl-tests-style runs of every collective): buffers, timed loops, the
 numpy oracle, one row per size. The command that starts the ranks and prints the table is
-``launcher/hccl_test.py``; its docstring is the manual.
+``launcher/tools/hccl_test.py``; its docstring is the manual.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class RankBench:
         import rt
         self.hccl, self.rt, self.ns, self.comm = hccl, rt, ns, comm
         self.rank, self.n = comm.rank, comm.size
-        self.dt = np.dtype(hccl.types.np_dtype(ns.datatype))
+        self.dt = np.dtype(hccl.types.hccl_np_dtype(ns.datatype))
         self.code = hccl.types.hccl_dtype(ns.datatype)
         self.op = hccl.types.reduce_op(ns.op)
         self.isz = self.dt.itemsize
@@ -307,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
 def check_args(p: argparse.ArgumentParser, ns) -> None:
     import hccl
     try:
-        hccl.types.np_dtype(ns.datatype)
+        hccl.types.hccl_np_dtype(ns.datatype)
     except hccl.HcclError as e:
         p.error(f"-d {ns.datatype}: {e.message}")
     if ns.nproc < 1 or ns.nnodes < 1:
@@ -333,7 +333,7 @@ def check_args(p: argparse.ArgumentParser, ns) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of one rank (started by ``hccl-test``, ``launcher/hccl_test.py``)."""
+    """Entry point of one rank (started by ``hccl-test``, ``launcher/tools/hccl_test.py``)."""
     parser = build_parser()
     try:
         ns = parser.parse_args(sys.argv[1:] if argv is None else argv)

@@ -16,9 +16,9 @@ import os
 from pathlib import Path
 
 from rt.args import shown
-from rt.errors import HcclError
 from rt.files import FileRefused, read_regular_file
 
+from .errors import HcclError
 from .types import HcclResult
 
 VERSION = "1.0"

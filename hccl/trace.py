@@ -1,6 +1,6 @@
 """The cross-rank analyzer of flight-recorder dumps: ``python -m hccl.trace DIR`` says what went wrong.
 
-Each rank's dump (``trace_rank<N>.json``, written by ``rt/host/recorder.py``) holds that rank's recent calls with
+Each rank's dump (``trace_rank<N>.json``, written by ``rt/diag/recorder.py``) holds that rank's recent calls with
 their states. Read together they answer the questions a hung or failed job leaves: which collective did not
 complete and who never entered it (and what that rank did last, where), which rank called something
 different (another collective, another count or dtype), whether the ranks called collectives in different

@@ -9,7 +9,8 @@ import numpy as np
 
 from rt import args, dtypes
 from rt.dtypes import BFLOAT16
-from rt.errors import HcclError
+
+from .errors import HcclError
 
 
 class HcclResult(enum.IntEnum):
@@ -81,7 +82,7 @@ C_NAMES: dict[str, enum.IntEnum] = {m.name: m for m in HcclResult}
 C_NAMES.update({f"HCCL_DATA_TYPE_{m.name}": m for m in HcclDataType})
 C_NAMES.update({f"HCCL_REDUCE_{m.name}": m for m in HcclReduceOp})
 globals().update(C_NAMES)
-__all__ = ["HcclResult", "HcclDataType", "HcclReduceOp", "hccl_dtype", "np_dtype", "reduce_op", *C_NAMES]
+__all__ = ["HcclResult", "HcclDataType", "HcclReduceOp", "hccl_dtype", "hccl_np_dtype", "reduce_op", *C_NAMES]
 
 _TO_NP = {
     HcclDataType.INT8: np.dtype(np.int8),
@@ -105,8 +106,9 @@ _NP_BY_CODE = {int(k): v for k, v in _TO_NP.items()}          # the hot path: a 
 _TYPE_BY_CODE = {int(k): k for k in _TO_NP}
 
 
-def np_dtype(dtype) -> np.dtype:
-    """Numpy dtype of an HcclDataType code, a numpy dtype or a name ('fp32', 'bf16', 'int8')."""
+def hccl_np_dtype(dtype) -> np.dtype:
+    """Numpy dtype of an HcclDataType code (0 is INT8 here; ``rt.np_dtype`` reads aclDataType codes, where 0 is
+    float32), a numpy dtype or a name ('fp32', 'bf16', 'int8')."""
     if type(dtype) is int:
         dt = _NP_BY_CODE.get(dtype)
         if dt is not None:
@@ -137,9 +139,9 @@ def hccl_dtype(dtype) -> HcclDataType:
         if member is not None:
             return member
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
-        np_dtype(dtype)  # validates the code
+        hccl_np_dtype(dtype)  # validates the code
         return HcclDataType(int(dtype))
-    return _FROM_NP[np_dtype(dtype)]
+    return _FROM_NP[hccl_np_dtype(dtype)]
 
 
 def reduce_op(op) -> HcclReduceOp:

@@ -12,7 +12,7 @@ This is how distributed tests are written::
 
 Each rank is a process started exactly as ``launch`` starts one (same environment, cards, output
 prefixes, failure handling). ``fn`` travels by reference — its module's file and qualified name — and
-each rank re-imports that module (a script's ``__main__`` is loaded as ``__mp_main__``, as
+each rank re-imports that module (``launcher/spawned.py``; a script's ``__main__`` is loaded as ``__mp_main__``, as
 multiprocessing does, so its ``if __name__ == "__main__":`` block does not run again). ``args`` and
 the return values travel as pickles through the job's private temp dir, written only by our own
 processes. A failure raises ``LaunchError`` naming every failed rank with its exception type,
@@ -24,27 +24,22 @@ otherwise starts and stops an embedded one per call; nothing is left behind betw
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import io
 import os
 import pickle
 import sys
 import tempfile
-import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
-from rt.args import instance, integer, number, sequence, text
+from rt.args import acl_param, instance, sequence, text
 from rt.host import reaper
-from rt.constants import AclErrorCode
-from rt.errors import AclError
 
-from .cli import run
-from .config import DEFAULT_GRACE, MAX_CARDS, MAX_GRACE, MAX_NNODES, MAX_RESTARTS, MAX_TIMEOUT, make_run_config
-from .output import describe_exit, traceback_tail
+from . import spawned
+from .launch.config import DEFAULT_GRACE, make_run_config
+from .launch.job import JobState, run
+from .launch.output import describe_exit, traceback_tail
 
-_BOOT = "from launcher.spawn import _rank_main; _rank_main()"
 _SPAWN_DIR = "NPUSIM_SPAWN_DIR"
 
 
@@ -59,29 +54,25 @@ class LaunchError(RuntimeError):
         self.diagnosis = diagnosis or []      # the flight recorder's findings (hccl/trace.py), if any
 
 
-def _invalid(message: str) -> AclError:
-    return AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, message)
-
-
 def function_reference(fn) -> dict:
     """Module file + qualified name by which a rank can re-import fn; refuses what cannot be re-imported."""
     qualname, module_name = getattr(fn, "__qualname__", None), getattr(fn, "__module__", None)
     if not callable(fn) or not qualname or not module_name:
-        raise _invalid(f"spawn: fn must be a module-level function, got {fn!r}")
+        raise acl_param(f"spawn: fn must be a module-level function, got {fn!r}")
     if "<locals>" in qualname or "<lambda>" in qualname:
-        raise _invalid(f"spawn: fn {module_name}.{qualname} is a lambda or nested function; ranks re-import "
-                       "fn by name, so define it at module level")
+        raise acl_param(f"spawn: fn {module_name}.{qualname} is a lambda or nested function; ranks re-import "
+                        "fn by name, so define it at module level")
     module = sys.modules.get(module_name)
     file = getattr(module, "__file__", None)
     if not file:
-        raise _invalid(f"spawn: fn's module {module_name!r} has no source file (interactive session?); "
-                       "define fn in a script or module")
+        raise acl_param(f"spawn: fn's module {module_name!r} has no source file (interactive session?); "
+                        "define fn in a script or module")
     obj = module
     for part in qualname.split("."):
         obj = getattr(obj, part, None)
     if obj is not fn:
-        raise _invalid(f"spawn: {module_name}.{qualname} does not name fn in its module; ranks re-import fn "
-                       "by that name, so it must be reachable there")
+        raise acl_param(f"spawn: {module_name}.{qualname} does not name fn in its module; ranks re-import fn "
+                        "by that name, so it must be reachable there")
     return {"module": module_name, "file": str(Path(file).resolve()), "qualname": qualname}
 
 
@@ -99,29 +90,29 @@ def spawn(fn, nproc: int = 8, args=(), *, nnodes: int = 1, config=None, address=
     AclError(ACL_ERROR_INVALID_PARAM) naming it, before anything starts.
     """
     if os.environ.get(_SPAWN_DIR):
-        raise _invalid("spawn called inside a spawned rank (the module that defines fn calls spawn at import "
-                       "time?); guard the call with `if __name__ == \"__main__\":` or put it in a test function")
+        raise acl_param("spawn called inside a spawned rank (the module that defines fn calls spawn at import "
+                        "time?); guard the call with `if __name__ == \"__main__\":` or put it in a test function")
     ref = function_reference(fn)
-    _check_arguments(nproc, args, nnodes, address, max_restarts, timeout, grace, env)
+    _check_arguments(args, address, env)
     try:
         payload = pickle.dumps(tuple(args))
     except Exception as e:
-        raise _invalid(f"spawn: args of {ref['qualname']} cannot be pickled: {type(e).__name__}: {e}") from None
+        raise acl_param(f"spawn: args of {ref['qualname']} cannot be pickled: {type(e).__name__}: {e}") from None
     with tempfile.TemporaryDirectory(prefix="npusim-spawn-") as workdir:
-        reaper.path(workdir)
-        (Path(workdir) / "spec.pkl").write_bytes(pickle.dumps({"ref": ref, "args": payload, "argv": list(sys.argv)}))
-        rank_env = {**os.environ, **(env or {}), _SPAWN_DIR: workdir}
         name = f"spawn({ref['module']}.{ref['qualname']})"
-        rc = make_run_config(("-c", _BOOT, workdir), name=name, nproc=nproc, nnodes=nnodes, config=config,
+        rc = make_run_config(("-c", spawned.BOOT, workdir), name=name, nproc=nproc, nnodes=nnodes, config=config,
                              address=address, max_restarts=max_restarts, timeout=timeout, log_dir=log_dir,
                              local_ranks_filter=local_ranks_filter, grace=grace, cards=not _no_cards,
-                             env=rank_env, profile=profile, inject=inject)
+                             env={**os.environ, **(env or {}), _SPAWN_DIR: workdir}, profile=profile, inject=inject,
+                             call="spawn")
+        reaper.path(workdir)
         try:
+            spawned.write_spec(workdir, {"ref": ref, "args": payload, "argv": list(sys.argv)})
             result = run(rc)
             outcomes = {rank: _read_outcome(workdir, result.restarts, rank) for rank in range(rc.world_size)}
         finally:
             reaper.forget(workdir)
-    if result.status == "succeeded":
+    if result.status == JobState.SUCCEEDED:
         missing = [rank for rank, o in outcomes.items() if o is None or o[0] != "ok"]
         if missing:
             raise LaunchError(f"{name}: ranks {missing} exited 0 without a result", [])
@@ -129,18 +120,12 @@ def spawn(fn, nproc: int = 8, args=(), *, nnodes: int = 1, config=None, address=
     raise _launch_error(name, rc, result, outcomes)
 
 
-def _check_arguments(nproc, args, nnodes, address, max_restarts, timeout, grace, env) -> None:
-    """Types and ranges of spawn's own arguments, named as spawn's parameters (make_run_config checks the rest
-    and the values against the config)."""
-    integer(nproc, "spawn", "nproc", lo=1, hi=MAX_CARDS)
-    integer(nnodes, "spawn", "nnodes", lo=1, hi=MAX_NNODES)
-    integer(max_restarts, "spawn", "max_restarts", lo=0, hi=MAX_RESTARTS)
+def _check_arguments(args, address, env) -> None:
+    """The types of spawn's own arguments (make_run_config checks the counts and durations, named as spawn's
+    parameters, and the values against the config); ``env`` before it is merged into the ranks' environment."""
     sequence(args, "spawn", "args")
     if address is not None:
         text(address, "spawn", "address")
-    if timeout is not None:
-        number(timeout, "spawn", "timeout", lo=0.0, hi=MAX_TIMEOUT)
-    number(grace, "spawn", "grace", lo=0.0, hi=MAX_GRACE)
     if env is not None:
         instance(env, Mapping, "spawn", "env", "a dict of environment variables (str -> str)")
 
@@ -167,17 +152,17 @@ def _launch_error(name, rc, result, outcomes) -> LaunchError:
         parts.append(f"  rank {f['rank']} (node {f['node']}){root}: {head}")
         parts += ["    " + line for line in body]
         failures.append(entry)
-    if result.status == "failed":
+    if result.status == JobState.FAILED:
         head = f"{name}: {len(failures)} of {rc.world_size} ranks failed"
         if result.restarts:
             head += f" (after {result.restarts} restarts)"
-    elif result.status == "timeout":
+    elif result.status == JobState.TIMEOUT:
         head = f"{name}: timed out after {rc.timeout:g} s; ranks still running: {result.running}"
     else:
         head = f"{name}: interrupted; ranks still running: {result.running}"
     if result.diagnosis:
         parts += ["  diagnosis (flight recorder):"] + [f"    {line}" for line in result.diagnosis]
-    return LaunchError("\n".join([head] + parts), failures, result.status, result.diagnosis)
+    return LaunchError("\n".join([head] + parts), failures, str(result.status), result.diagnosis)
 
 
 class _ResultUnpickler(pickle.Unpickler):
@@ -188,7 +173,7 @@ class _ResultUnpickler(pickle.Unpickler):
 
 
 def _read_outcome(workdir: str, attempt: int, rank: int):
-    path = Path(workdir) / f"result.{attempt}.{rank}.pkl"
+    path = spawned.result_path(workdir, attempt, rank)
     if not path.exists():
         return None
     try:
@@ -196,59 +181,3 @@ def _read_outcome(workdir: str, attempt: int, rank: int):
     except Exception as e:
         return ("error", {"type": type(e).__name__, "message": f"cannot unpickle the result of rank {rank}: {e}",
                           "traceback": ""})
-
-
-# ---- inside each rank ---------------------------------------------------------------------------
-
-def _load_function(ref: dict):
-    """Re-import fn's module as the caller had it, then look fn up by qualified name."""
-    name, file = ref["module"], Path(ref["file"])
-    if name == "__main__":
-        sys.path.insert(0, str(file.parent))  # as when the script itself runs
-        spec = importlib.util.spec_from_file_location("__mp_main__", file)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["__mp_main__"] = sys.modules["__main__"] = module  # pickles naming __main__ resolve here
-        spec.loader.exec_module(module)
-    else:
-        # The directory the caller imported it from (pytest's rootdir-relative name or a package path).
-        depth = name.count(".") + (1 if file.name == "__init__.py" else 0)
-        sys.path.insert(0, str(file.parents[depth]))
-        module = importlib.import_module(name)
-        if Path(module.__file__).resolve() != file:
-            raise ImportError(f"spawn: module {name!r} resolved to {module.__file__} in the rank, "
-                              f"but the caller's fn came from {file}")
-    obj = module
-    for part in ref["qualname"].split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
-def _rank_main() -> None:
-    """Entry point of a spawned rank: `python -u -c <_BOOT> <workdir>`."""
-    workdir = Path(sys.argv[1])
-    out = workdir / f"result.{os.environ['RESTART_COUNT']}.{os.environ['RANK']}.pkl"
-    spec = pickle.loads((workdir / "spec.pkl").read_bytes())
-    sys.argv = spec["argv"]          # as multiprocessing: a module parsing sys.argv at import sees the caller's
-    try:
-        fn = _load_function(spec["ref"])
-        value = fn(*pickle.loads(spec["args"]))
-        data = pickle.dumps(("ok", value))
-    except BaseException as e:  # SystemExit / KeyboardInterrupt in fn are failures of that rank too
-        text = traceback.format_exc()
-        sys.stderr.write(text)
-        kind = type(e)
-        error = {"type": kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
-                 "message": str(e), "traceback": text}
-        _write_atomic(out, pickle.dumps(("error", error)))
-        if "rt.host.recorder" in sys.modules:        # the rank used cards: its flight recorder tells what it did
-            recorder = sys.modules["rt.host.recorder"].RECORDER
-            recorder.exception = text[-8000:]
-            recorder._dump_quietly(f"uncaught {kind.__name__}: {e}")
-        sys.exit(1)
-    _write_atomic(out, data)

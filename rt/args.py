@@ -3,7 +3,7 @@
 Every public entry point validates what it is given before anything goes to a card, so a bad argument is
 an ``NpuError`` naming the call, the parameter, the value and what was expected — never a TypeError from
 deep inside, an OverflowError from the wire encoder, or a hang. ``error`` picks the error class and code
-(``AclError`` 100000 by default; HCCL passes ``hccl_para``).
+(``AclError`` 100000 by default; a package above rt passes its own, e.g. HCCL's ``HCCL_E_PARA``).
 """
 
 from __future__ import annotations
@@ -15,17 +15,13 @@ from typing import Callable
 import numpy as np
 
 from .constants import AclErrorCode
-from .errors import AclError, HcclError, NpuError
+from .errors import AclError, NpuError
 
 INT64_MAX = (1 << 63) - 1
 
 
 def acl_param(message: str) -> NpuError:
     return AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, message)
-
-
-def hccl_para(message: str) -> NpuError:
-    return HcclError(1, message)           # HCCL_E_PARA
 
 
 def shown(value) -> str:

@@ -1,4 +1,11 @@
-"""Simulated hardware description, read from ``configs/*.toml`` into a frozen dataclass."""
+"""Simulated hardware description, read from ``configs/*.toml`` into a frozen dataclass.
+
+The runtime's own sections (``[soc] [node] [card] [ray] [host]``) become fields of :class:`Config`. A section
+named after another of npusim's packages (``[hccl]``) is that package's: it registers its keys with
+:func:`register_section` when imported, and they are checked as strictly as the runtime's — at load, or, for a
+config loaded before the package was, when a key is first read (``cfg.exec_timeout``). Its values travel in
+``Config.sections`` (a card actor rebuilds the config from :meth:`Config.to_dict`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from pathlib import Path
 
 from .args import INT64_MAX, shown
 from .constants import AclErrorCode
+from .diag.callsite import PACKAGE_DIRS
 from .errors import AclError
 from .files import FileRefused, check_path, read_regular_file
 
@@ -25,8 +33,6 @@ def _config_dir() -> Path:
 CONFIG_DIR = _config_dir()
 TOPOLOGIES = ("fullmesh", "2x4")
 MAX_CONFIG_BYTES = 1 << 20
-EXEC_TIMEOUT_MAX = 2147483647      # CANN: HCCL_EXEC_TIMEOUT 0..2147483647 s in the host modes (0 = never)
-CONNECT_TIMEOUT_RANGE = (1, 7200)  # CANN documents [120, 7200] s; shorter waits are kept for tests
 MAX_SOC_NAME = 64
 RAY_MEMORY_RESERVE = 100_000_000   # Ray refuses to start leaving less than this (or 5% of RAM) for tasks
 
@@ -42,14 +48,32 @@ class Config:
     large_segment_bytes: int = 20 << 20
     num_cpus: int = 2
     object_store_bytes: int = 1 << 30
-    exec_timeout: float = 1836.0
-    connect_timeout: float = 120.0
-    buffsize_mb: int = 200
-    ring_threshold_bytes: int = 0      # one node: mesh up to this size, ring above (0 = always mesh)
     pinned_limit_bytes: int = 0        # pinned host memory (malloc_host) per process; 0 = half the RAM or cgroup limit
+    sections: dict = dataclasses.field(default_factory=dict)   # other packages' sections, as the file gives them
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def __getattr__(self, name: str):
+        """A key of another package's section (``cfg.exec_timeout``): the file's value, else the registered
+        default, checked; from a section whose package is not loaded here, the file's value as it is."""
+        if name.startswith("_") or "sections" not in self.__dict__:
+            raise AttributeError(name)
+        value = _section_value(self, name)
+        object.__setattr__(self, name, value)      # kept in the instance (frozen; not a field)
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """A key of a package's section (:func:`register_section`): its type, default and range (``note`` ends the
+    range in a refusal, e.g. " seconds")."""
+
+    type: type | tuple
+    default: int | float | str
+    lo: float
+    hi: float
+    note: str = ""
 
 
 _FIELDS = {  # toml [section] key -> (field, type)
@@ -61,12 +85,24 @@ _FIELDS = {  # toml [section] key -> (field, type)
     ("card", "large_segment_bytes"): ("large_segment_bytes", int),
     ("ray", "num_cpus"): ("num_cpus", int),
     ("ray", "object_store_bytes"): ("object_store_bytes", int),
-    ("hccl", "exec_timeout"): ("exec_timeout", (int, float)),
-    ("hccl", "connect_timeout"): ("connect_timeout", (int, float)),
-    ("hccl", "buffsize_mb"): ("buffsize_mb", int),
-    ("hccl", "ring_threshold_bytes"): ("ring_threshold_bytes", int),
     ("host", "pinned_limit_bytes"): ("pinned_limit_bytes", int),
-}
+}   # then every registered section's keys (register_section): field = key
+_OWN = {section for section, _ in _FIELDS}
+_PACKAGES = {os.path.basename(os.path.dirname(d)) for d in PACKAGE_DIRS} - {"rt"}
+_SECTIONS: dict[str, dict[str, Key]] = {}   # registered: section -> its keys
+_SECTION_OF: dict[str, str] = {}             # registered: key (= field) -> section
+
+
+def register_section(name: str, keys: dict[str, Key]) -> None:
+    """The keys of ``[name]``, a section of the package ``name`` (one of npusim's): checked like the runtime's."""
+    if name not in _PACKAGES or any(key in _RANGES and _SECTION_OF.get(key) != name for key in keys):
+        raise ValueError(f"config section [{name}] of keys {sorted(keys)}: not a package's, or a key is taken")
+    _SECTIONS[name] = dict(keys)
+    for key, k in keys.items():
+        _FIELDS[(name, key)] = (key, k.type)
+        _RANGES[key] = (k.lo, k.hi, k.note)
+        _KEYS[key] = f"[{name}] {key}"
+        _SECTION_OF[key] = name
 
 
 def resolve_path(config: str | os.PathLike | None) -> Path:
@@ -105,11 +141,15 @@ def load_config(config: str | os.PathLike | Config | None = None) -> Config:
         raise AclError(AclErrorCode.ACL_ERROR_PARSE_FILE, f"config {path}: not valid TOML: {e}") from None
     except RecursionError:
         raise AclError(AclErrorCode.ACL_ERROR_PARSE_FILE, f"config {path}: not valid TOML: nested too deeply") from None
-    values: dict = {"path": str(path)}
+    values: dict = {"path": str(path), "sections": {}}
     for section, table in doc.items():
         if not isinstance(table, dict):
             raise AclError(AclErrorCode.ACL_ERROR_FILE_ATTR_INVALID,
                            f"config {path}: top-level key {shown(section)} must be a [section]")
+        if section in _PACKAGES:
+            values["sections"][section] = table
+            if section not in _SECTIONS:       # its package is not loaded here: it checks the keys it reads
+                continue
         for key, value in table.items():
             if (section, key) not in _FIELDS:
                 raise AclError(AclErrorCode.ACL_ERROR_FILE_ATTR_INVALID,
@@ -120,9 +160,10 @@ def load_config(config: str | os.PathLike | Config | None = None) -> Config:
                 raise AclError(AclErrorCode.ACL_ERROR_FILE_ATTR_INVALID,
                                f"config {path}: [{section}] {key} = {shown(value)} has the wrong type "
                                f"(expected {_type_name(typ)})")
-            values[field] = value
+            if section in _OWN:
+                values[field] = value
     cfg = Config(**values)
-    problems = [p for p in (_out_of_range(cfg, field) for field in _RANGES) if p]
+    problems = [p for p in (_out_of_range(field, _value(cfg, field)) for field in _RANGES) if p]
     if not problems:
         problems = _relations(cfg)
     if problems:
@@ -138,10 +179,6 @@ _RANGES = {  # field -> (lo, hi, note); every numeric field has one, so 2**80, 0
     "large_segment_bytes": (512, 1 << 44, ""),
     "num_cpus": (1, 1024, ""),
     "object_store_bytes": (75 << 20, 1 << 50, ""),
-    "exec_timeout": (0, EXEC_TIMEOUT_MAX, " seconds; 0 = never"),
-    "connect_timeout": (*CONNECT_TIMEOUT_RANGE, " seconds"),
-    "buffsize_mb": (1, 1 << 16, " MB"),
-    "ring_threshold_bytes": (0, INT64_MAX, "; 0 = always mesh"),
     "pinned_limit_bytes": (0, INT64_MAX, "; 0 = half the host's (or the cgroup's) memory"),
 }
 _KEYS = {field: f"[{section}] {key}" for (section, key), (field, _) in _FIELDS.items()}
@@ -151,9 +188,34 @@ def _type_name(typ) -> str:
     return "a number" if isinstance(typ, tuple) else {int: "an integer", str: "a string"}[typ]
 
 
-def _out_of_range(cfg: Config, field: str) -> str | None:
+def _value(cfg: Config, field: str):
+    """A field's value; a registered key's: the file's, else its default."""
+    section = _SECTION_OF.get(field)
+    if section is None:
+        return getattr(cfg, field)
+    return cfg.sections.get(section, {}).get(field, _SECTIONS[section][field].default)
+
+
+def _section_value(cfg: Config, name: str):
+    section = _SECTION_OF.get(name)
+    if section is None:                         # a package not loaded here: the file's value as it is
+        for table in cfg.sections.values():
+            if name in table:
+                return table[name]
+        raise AttributeError(name)
+    value = _value(cfg, name)
+    typ = _SECTIONS[section][name].type
+    if not isinstance(value, typ) or isinstance(value, bool):
+        problem = f"[{section}] {name} = {shown(value)} has the wrong type (expected {_type_name(typ)})"
+    else:
+        problem = _out_of_range(name, value)
+    if problem:                                 # the config was loaded before the package registered its keys
+        raise AclError(AclErrorCode.ACL_ERROR_FILE_ATTR_INVALID, f"config {cfg.path}: {problem}")
+    return value
+
+
+def _out_of_range(field: str, value) -> str | None:
     lo, hi, note = _RANGES[field]
-    value = getattr(cfg, field)
     finite = not isinstance(value, float) or math.isfinite(value)
     if finite and lo <= value <= hi:
         return None

@@ -1,8 +1,9 @@
 """The one dtype table: numpy dtypes, their aclDataType codes, and the names people type for them.
 
-Everything on the Python side spells a dtype as a numpy dtype; :func:`np_dtype` accepts an ACL code, a
-numpy dtype or a name (``"float32"``, ``"bf16"``, ``"fp16"``) and is what every ``dtype=`` argument goes
-through. HCCL maps its own ``HcclDataType`` codes onto these dtypes (``hccl/types.py``).
+Everything on the Python side spells a dtype as a numpy dtype; :func:`np_dtype` accepts an aclDataType code
+(0 is float32), a numpy dtype or a name (``"float32"``, ``"bf16"``, ``"fp16"``) and is what every ``dtype=``
+argument goes through. A package with codes of its own maps them onto numpy dtypes itself (and may use
+:func:`lookup` for the names).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ ACL_TO_NP = {
 NP_TO_ACL = {v: k for k, v in ACL_TO_NP.items()}
 
 
-# Names people type for dtypes, beyond numpy's own (HCCL spells bf16 "bfp16").
+# Names people type for dtypes, beyond numpy's own.
 DTYPE_ALIASES = {name: np.dtype(t) for name, t in {
     "bf16": BFLOAT16, "bfloat16": BFLOAT16, "bfp16": BFLOAT16, "fp16": np.float16, "half": np.float16,
     "fp32": np.float32, "float": np.float32, "fp64": np.float64, "double": np.float64}.items()}
@@ -56,7 +57,8 @@ def lookup(dtype) -> np.dtype | None:
 
 
 def np_dtype(dtype) -> np.dtype:
-    """Accept an ACL dtype code, a numpy dtype or a name ('float32', 'bfloat16', 'fp16')."""
+    """Accept an aclDataType code (``DataType``: 0 is float32), a numpy dtype or a name ('float32', 'bfloat16',
+    'fp16')."""
     if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
         try:
             return ACL_TO_NP[DataType(int(dtype))]

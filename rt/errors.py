@@ -1,30 +1,40 @@
-"""One exception tree for the whole product, carrying the real ACL / HCCL numeric codes.
+"""One exception tree for the whole product, carrying the real numeric codes.
 
-``NpuError(RuntimeError)`` has ``.code``; ``AclError`` carries an ``aclError`` code (runtime),
-``HcclError`` an ``HcclResult`` code (collectives). Errors cross process boundaries (card actor →
-host) as ``(kind, code, message)`` triples, see :func:`to_wire` / :func:`from_wire`.
+``NpuError(RuntimeError)`` has ``.code``; ``AclError`` carries an ``aclError`` code (runtime). A package above
+rt derives its own class (``hccl.HcclError``, an ``HcclResult`` code) and registers its ``kind`` with
+:func:`register_kind` in every process that may see it. Errors cross process boundaries (card actor → host) as
+``(kind, code, message)`` triples, see :func:`to_wire` / :func:`from_wire`: each side rebuilds the class
+registered for the kind.
 """
 
 from __future__ import annotations
 
 import threading
 
-from . import slog
+from .diag import slog
 
 # CANN's error-code tag of a failed memory allocation; npusim's own text (what, how much) follows it.
 EL0004 = "EL0004: Failed to allocate memory."
 
 
 def oom_message(card: int, node: int, nbytes: int, rounded: int, allocated: int, reserved: int, capacity: int) -> str:
-    """The text of a malloc that does not fit on a full card (``rt/card/blocks.py``; injected: ``rt/faults.py``)."""
+    """The text of a malloc that does not fit on a full card (``rt/card/blocks.py``; injected:
+    ``rt/diag/faults.py``)."""
     return (f"{EL0004} malloc: out of memory on card {card} (node {node}): requested {nbytes} bytes (rounded "
             f"{rounded}); allocated {allocated}, reserved {reserved} (cached {reserved - allocated}), capacity {capacity}")
 
 
 class NpuError(RuntimeError):
-    """Base of every npusim error; ``code`` is the real numeric ACL or HCCL code."""
+    """Base of every npusim error; ``code`` is the real numeric code (ACL's, or the package's that raised it).
+    ``kind`` names the class on the wire, ``log_module`` is the CANN module tag of its log lines; for the
+    diagnostics, ``job_wide`` says the failure concerns the job's other processes too (a collective: every rank's
+    flight recorder dumps) and ``from_peers`` that it may be another process's doing (a peer that never came
+    or died)."""
 
     kind = "npu"
+    log_module = slog.RUNTIME
+    job_wide = False
+    from_peers = False
 
     def __init__(self, code: int, message: str):
         super().__init__(f"[{code}] {message}")
@@ -41,13 +51,13 @@ class AclError(NpuError):
     kind = "acl"
 
 
-class HcclError(NpuError):
-    """A collective (HCCL) failure; ``code`` is an ``HcclResult`` value such as 9 (timeout)."""
-
-    kind = "hccl"
+_KINDS: dict[str, type] = {NpuError.kind: NpuError, AclError.kind: AclError}
 
 
-_KINDS = {cls.kind: cls for cls in (NpuError, AclError, HcclError)}
+def register_kind(cls: type) -> type:
+    """Rebuild errors of ``cls.kind`` coming over the wire as ``cls`` in this process (a class decorator)."""
+    _KINDS[cls.kind] = cls
+    return cls
 
 
 def to_wire(exc: BaseException) -> list:
@@ -68,7 +78,7 @@ _recent = threading.local()
 
 def record_error_message(text: str, dedupe: bool = False, module=None) -> None:
     """Add ``text`` as this thread's newest error message (``dedupe``: unless it is already the newest), and
-    log it at ERROR (rt/slog.py; ``module``: the tag, or the error whose type gives it)."""
+    log it at ERROR (rt/diag/slog.py; ``module``: the tag, or the error whose type gives it)."""
     prev = getattr(_recent, "text", None)
     if dedupe and prev is not None and (prev == text or prev.startswith(text + "\n")):
         return

@@ -52,7 +52,7 @@ def pytest_configure(config):
     if worker and _worker_tmp is None:
         _worker_tmp = os.environ["TMPDIR"] = tempfile.mkdtemp(prefix=f"npt-{worker}-")
         tempfile.tempdir = None                   # gettempdir() answers from TMPDIR again
-    # the errors tests provoke on purpose are logged (rt/slog.py; ERROR is CANN's default level): into a
+    # the errors tests provoke on purpose are logged (rt/diag/slog.py; ERROR is CANN's default level): into a
     # scratch directory of this session, not the developer's ~/ascend/log
     global _shm_before, _log_root
     if "ASCEND_PROCESS_LOG_PATH" not in os.environ:
@@ -153,14 +153,14 @@ def small_config(tmp_path):
 @pytest.fixture
 def run_python():
     """``run_python(args, env, cwd, timeout)`` → ``subprocess.CompletedProcess`` (text) of ``python args``, as
-    ``subprocess.run`` would give it — but forked from npusim's pre-imported fork server (launcher/forkserver.py:
+    ``subprocess.run`` would give it — but forked from npusim's pre-imported fork server (launcher/forkserver/:
     the child becomes exactly ``python -u args`` with that environment), so a test that needs a fresh process
     per case pays ~0.05 s instead of an interpreter start and numpy/rt imports (~0.5 s). Falls back to a fresh
     interpreter when the environment differs in a start-up variable (the server's rule)."""
     import subprocess
     import sys
     import threading
-    from launcher import forkserver
+    from launcher.forkserver import client as forkserver
 
     def run(args, env: dict, cwd, timeout: float) -> subprocess.CompletedProcess:
         argv = [sys.executable, "-u", *map(str, args)]
@@ -236,7 +236,7 @@ def _ray_session():
         yield address
     finally:
         from rt.host import reaper
-        from launcher import forkserver
+        from launcher.forkserver import client as forkserver
         mine = {reaper._reaper.child} if reaper._reaper is not None else set()   # ours, not Ray's: outlives it
         if forkserver._server is not None:
             mine.add(forkserver._server.proc.pid)       # the rank fork server: lives as long as this process

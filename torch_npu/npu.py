@@ -9,18 +9,15 @@ outstanding collectives.
 from __future__ import annotations
 
 import os
-import threading
 
 import torch
 
 import rt
 from rt.config import load_config
-from rt.host.runtime import parse_visible
 
 from .distributed import bootstrap
-
-_lock = threading.Lock()
-_device: int | None = None          # the card this process is bound to (set_device), None until chosen
+from .distributed.bootstrap import current_device, device_count
+from .distributed.process_group import wait_all_groups
 
 
 def _index(device, call: str) -> int:
@@ -49,48 +46,21 @@ def is_available() -> bool:
     return device_count() > 0
 
 
-def device_count() -> int:
-    """Visible cards: ``ASCEND_RT_VISIBLE_DEVICES`` over the config's cards per node (never starts anything)."""
-    if rt.is_initialized():
-        return rt.get_device_count()
-    return len(parse_visible(os.environ.get("ASCEND_RT_VISIBLE_DEVICES"), load_config(None).cards_per_node))
-
-
 def set_device(device) -> None:
     """Bind this process to card ``device``; the runtime starts now where it can (under ``launch``, or a
     single process), else at ``init_process_group`` (under ``torchrun`` rank 0 hosts the cards)."""
-    global _device
-    index = _index(device, "set_device")
-    with _lock:
-        _device = index
+    bootstrap.choose_device(_index(device, "set_device"))
     if bootstrap.runtime_ready_without_store():
-        _bind()
-
-
-def current_device() -> int:
-    """The bound card: ``set_device``'s, else ``LOCAL_RANK`` (as ``launch`` and ``torchrun`` map ranks), else 0."""
-    if _device is not None:
-        return _device
-    local = os.environ.get("LOCAL_RANK")
-    return int(local) % max(device_count(), 1) if local and local.isdigit() else 0
-
-
-def _bind() -> int:
-    """Start the runtime if needed and make the bound card current on the calling thread."""
-    bootstrap.ensure_runtime()
-    index = current_device()
-    rt.set_device(index)
-    return index
+        bootstrap.bind()
 
 
 def synchronize(device=None) -> None:
     """Wait for this process's outstanding ``"hccl"`` collectives and for the card's streams."""
-    from .distributed.process_group import wait_all_groups
     wait_all_groups()
     if rt.is_initialized():
         if device is not None:
             _index(device, "synchronize")
-        _bind()
+        bootstrap.bind()
         rt.synchronize_device()
 
 

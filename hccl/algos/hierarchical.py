@@ -33,7 +33,7 @@ class _Topo:
     def __init__(self, op: str, world_size: int, count: int, root, ranks_per_node, level1: str):
         check_args(op, world_size, count, root, ranks_per_node)
         if level1 not in LEVEL1:
-            from rt.errors import HcclError
+            from ..errors import HcclError
             from ..types import HcclResult
             raise HcclError(HcclResult.HCCL_E_PARA,
                             f"hierarchical {op}: level1 algorithm {level1!r} unknown (expected ring or hd)")

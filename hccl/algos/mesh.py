@@ -14,11 +14,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
-from rt.errors import HcclError
-
-from ..types import HcclResult
 from .schedule import (Layout, Schedule, Steps, Transfer, by_rank, check_args, chunk_bounds, flat,
                        make_schedule, move, signal, window)
 
@@ -165,36 +160,6 @@ def all_to_all(world_size: int, count: int, *, root=None, ranks_per_node=None) -
     n, c = world_size, count
     step = [Transfer(j, "send", i * c, i, "recv", j * c, c, False) for i in range(n) for j in range(n)]
     return make_schedule("mesh", "all_to_all", n, c, None, [step])
-
-
-def all_to_all_v(world_size: int, count: int = 0, *, send_counts, sdispls, recv_counts, rdispls,
-                 root=None, ranks_per_node=None) -> Schedule:
-    """One step: rank i pulls send_counts[j][i] elements at sdispls[j][i] of rank j's send into
-    its recv at rdispls[i][j]. ``count`` of the result is the total number of elements moved."""
-    n = world_size
-    check_args("all_to_all_v", n, 0)
-    _check_v_args(n, send_counts, sdispls, recv_counts, rdispls)
-    step = [Transfer(j, "send", sdispls[j][i], i, "recv", rdispls[i][j], recv_counts[i][j], False)
-            for i in range(n) for j in range(n)]
-    total = sum(sum(row) for row in send_counts)
-    return make_schedule("mesh", "all_to_all_v", n, total, None, [step])
-
-
-def _check_v_args(n, send_counts, sdispls, recv_counts, rdispls) -> None:
-    for name, table in (("send_counts", send_counts), ("sdispls", sdispls),
-                        ("recv_counts", recv_counts), ("rdispls", rdispls)):
-        if len(table) != n or any(len(row) != n for row in table):
-            raise HcclError(HcclResult.HCCL_E_PARA,
-                            f"all_to_all_v: {name} must be {n} lists of {n} entries (one per rank and peer)")
-        if any(not isinstance(v, (int, np.integer)) or v < 0 for row in table for v in row):
-            raise HcclError(HcclResult.HCCL_E_PARA,
-                            f"all_to_all_v: {name} has a negative or non-int entry: {table}")
-    for i in range(n):
-        for j in range(n):
-            if send_counts[j][i] != recv_counts[i][j]:
-                raise HcclError(HcclResult.HCCL_E_PARA,
-                                f"all_to_all_v: rank {j} sends {send_counts[j][i]} elements to rank {i}, "
-                                f"but rank {i} expects recv_counts[{i}][{j}]={recv_counts[i][j]}")
 
 
 def barrier(world_size: int, count: int = 0, *, root=None, ranks_per_node=None) -> Schedule:

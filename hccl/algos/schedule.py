@@ -26,12 +26,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from ..errors import HcclError
 from ..types import HcclResult, apply_reduce
-from rt.errors import HcclError
 
 BUFFERS = ("send", "recv", "tmp")
-OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "scatter",
-       "all_to_all", "all_to_all_v", "barrier")
+# The collectives that have schedules. all_to_all_v has none: every rank pulls its blocks directly, with the
+# counts each rank publishes in the control block (``hccl/card/collective.py``).
+OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier")
 
 
 @dataclass(frozen=True)

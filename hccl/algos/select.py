@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 
-from rt.errors import HcclError
 
+from ..errors import HcclError
 from ..types import HcclResult
 from . import hd, hierarchical, mesh, ring
 from .schedule import OPS, Schedule
@@ -168,7 +168,7 @@ def choose(op: str, world_size: int, nbytes: int, *, nodes: int = 1, topology: s
 
 def build(op: str, algo: str, world_size: int, count: int, **kw) -> Schedule:
     """The schedule of collective ``op`` by algorithm ``algo`` (mesh, ring, hd or H-D_R,
-    hierarchical); ``kw`` takes root, ranks_per_node, level1 and the all_to_all_v tables.
+    hierarchical); ``kw`` takes root, ranks_per_node and level1.
     Text-only keys of ``choose``'s params (reason, note) are ignored."""
     op = _normalize_op(op)
     algo = {"H-D_R": "hd", "fullmesh": "mesh"}.get(algo, algo)
@@ -182,8 +182,6 @@ def build(op: str, algo: str, world_size: int, count: int, **kw) -> Schedule:
     kw = {k: v for k, v in kw.items() if k not in ("reason", "note")}
     if algo != "hierarchical":
         kw.pop("level1", None)
-    if op == "all_to_all_v":  # list arguments: not cacheable
-        return getattr(ALGORITHMS[algo], op)(world_size, count, **kw)
     return _build_cached(op, algo, world_size, count, tuple(sorted(kw.items())))
 
 

@@ -4,7 +4,8 @@ Commands ``hccl_init`` (join a communicator: a rendezvous of every rank's card, 
 ``HCCL_CONNECT_TIMEOUT``, naming the ranks that never joined), ``hccl_ctrl`` (a peer card asks for the
 control block this card holds), ``hccl_share`` (the rank's own process maps the control block, for the
 host path) and ``hccl_destroy``; tasks ``hccl_collective``, ``hccl_finish`` (the rest of a collective the
-host path started) and ``hccl_p2p``. Per card it keeps the communicator endpoints (``endpoint.py``), the
+host path started) and ``hccl_p2p`` — each named in the tables of ``HcclExtension.__init__``, the tasks run
+by ``collective.py`` and ``p2p.py``. Per card it keeps the communicator endpoints (``endpoint.py``), the
 control blocks it holds, and a cache of schedules. Environment-controlled behaviour (timeouts,
 ``HCCL_ALGO``) comes from the *calling process's* environment, sent along with each init.
 """
@@ -19,24 +20,36 @@ import time
 from rt.card.dispatch import DEFERRED, with_fds
 from rt.card.extension import Extension
 from rt.constants import AclErrorCode
-from rt.errors import AclError, HcclError, NpuError
+from rt.errors import AclError, NpuError
 from rt.wire.segment import Segment
 
 from .. import algos
+from ..errors import HcclError
 from ..protocol.ctrlblock import CLOSED, HOST_GONE
-from ..transport.base import for_card
-from ..types import HcclResult, np_dtype
-from . import faults
+from ..transport.fabric import for_card
+from ..types import HcclResult, hccl_np_dtype
+from . import collective, faults, p2p
 from .endpoint import Endpoint
 
 HUB_GRACE = 60.0    # seconds a card keeps a destroyed communicator's hub alive for the slower ranks
 
 
 class HcclExtension(Extension):
-    prefix = "hccl"
+    """HCCL on one card: its commands and tasks (the tables below), communicator endpoints, control blocks."""
 
     def __init__(self, card):
         super().__init__(card)
+        self.commands = {
+            "hccl_init": self.c_init,
+            "hccl_ctrl": self.c_ctrl,
+            "hccl_share": self.c_share,
+            "hccl_destroy": self.c_destroy,
+        }
+        self.tasks = {
+            "hccl_collective": self.t_collective,
+            "hccl_finish": self.t_finish,
+            "hccl_p2p": self.t_p2p,
+        }
         self.transport = for_card(card)
         self.endpoints: dict[tuple[str, int], Endpoint] = {}
         self.ctrl: dict[str, Segment] = {}
@@ -92,15 +105,15 @@ class HcclExtension(Extension):
         ep = self.endpoint(comm_id, rank)
         views = self._views(buffers, op)
         if "fault" in params:           # NPUSIM_FAULTS fail / corrupt (hccl/card/faults.py)
-            return faults.injected(self, lambda: ep.collective(seq, op, params, views), params["fault"],
+            return faults.injected(self, lambda: collective.run(ep, seq, op, params, views), params["fault"],
                                    f"{op} #{seq} on comm '{comm_id}' (rank {rank})", [views.get("recv")])
-        return lambda: ep.collective(seq, op, params, views)
+        return lambda: collective.run(ep, seq, op, params, views)
 
     def t_finish(self, conn, stream, comm_id, rank, seq, op, params, buffers, target):
         """The rest of a small collective the host started (staged its input, arrived) and handed over."""
         ep = self.endpoint(comm_id, rank)
         views = self._views(buffers, op)
-        return lambda: ep.staged_finish(seq, op, params, views, target)
+        return lambda: collective.staged_finish(ep, seq, op, params, views, target)
 
     def t_p2p(self, conn, stream, comm_id, rank, items, fault=None):
         """send/recv/batch_send_recv: items are [kind, peer, ptr, count, dtype, nbytes]; ``fault``: NPUSIM_FAULTS
@@ -114,13 +127,13 @@ class HcclExtension(Extension):
         def run():
             for kind, peer, view, count, dtype in resolved:     # sends first: never deadlock a batch
                 if kind == "send":
-                    ep.post_send(peer, view, count, dtype)
+                    p2p.post_send(ep, peer, view, count, dtype)
             for kind, peer, view, count, dtype in resolved:
                 if kind == "recv":
-                    ep.recv(peer, view, count, dtype)
+                    p2p.recv(ep, peer, view, count, dtype)
             for kind, peer, view, count, dtype in resolved:
                 if kind == "send":
-                    ep.wait_send(peer)
+                    p2p.wait_send(ep, peer)
         if fault is not None:
             kind, peer = resolved[0][0], resolved[0][1]      # named as the endpoint names its p2p failures
             what = (lambda: f"recv #{ep.p2p_seq.get((peer, rank), 0)} on rank {rank} from rank {peer} on comm "
@@ -222,26 +235,22 @@ class HcclExtension(Extension):
 
     # -- schedules ------------------------------------------------------------------------------------
     def schedule(self, op: str, n: int, p: dict, nodes: int):
-        dt = np_dtype(p["dtype"])
-        v_key = None
-        if op == "all_to_all_v":
-            v_key = tuple((k, tuple(tuple(x) for x in p[k])) for k in ("send_counts", "sdispls", "recv_counts",
-                                                                        "rdispls"))
+        """The schedule of collective ``op`` (any but all_to_all_v, which has none: ``collective.py``) on ``n``
+        ranks over ``nodes`` nodes, chosen and built once per signature."""
+        dt = hccl_np_dtype(p["dtype"])
         config = self.card.config
         topology = getattr(config, "topology", "fullmesh")
         limit = getattr(config, "ring_threshold_bytes", 0)
         return _schedule(op, n, p["count"], p.get("root"), p.get("algo") or "", nodes, p["count"] * dt.itemsize,
-                         topology, limit, v_key)
+                         topology, limit)
 
 
 @functools.lru_cache(maxsize=256)
-def _schedule(op, n, count, root, algo_text, nodes, nbytes, topology, ring_threshold, v_key):
+def _schedule(op, n, count, root, algo_text, nodes, nbytes, topology, ring_threshold):
     thresholds = {k: ring_threshold for k in ("all_reduce", "all_gather", "reduce_scatter")} if ring_threshold else {}
     algo, params = algos.choose(op, n, nbytes, nodes=nodes, topology=topology, hccl_algo=algo_text or None,
                                 thresholds=thresholds)
     kw = dict(params)
     if root is not None:
         kw["root"] = root
-    if v_key is not None:
-        kw.update(dict(v_key))
     return algos.build(op, algo, n, count, **kw)

@@ -1,4 +1,5 @@
-"""The card's half of ``fail`` and ``corrupt`` faults (``NPUSIM_FAULTS``; the host half is ``rt/faults.py``).
+"""The card's half of ``fail`` and ``corrupt`` faults (``NPUSIM_FAULTS``; the host half, which decides them, is
+``rt/diag/faults.py``).
 
 The host marks the collective (or send/recv) it injects into with ``params["fault"]`` (a p2p task gets the list
 as an extra argument): a list of ``{"action": "fail" | "corrupt", ...}``. The task runs the collective as usual
@@ -9,7 +10,8 @@ with the given HcclResult (fail), so the error surfaces at the covering synchron
 
 from __future__ import annotations
 
-from rt.errors import HcclError
+from ..errors import PEER_CODES, RESULT_TEXTS, HcclError
+from ..types import HcclResult
 
 
 def injected(ext, run, faults: list, what, received: list):
@@ -26,5 +28,12 @@ def injected(ext, run, faults: list, what, received: list):
                         data ^= 0xFF
         for f in faults:
             if f["action"] == "fail":
-                raise HcclError(f["code"], f"{what() if callable(what) else what}: {f['text']} {f['note']}")
+                raise HcclError(f["code"], f"{what() if callable(what) else what}: {_text(f['code'])} {f['note']}")
     return task
+
+
+def _text(code: int) -> str:
+    """How an injected failure reads: the code's name and the header's description, CANN's tag first
+    (``EI0002 HCCL_E_TIMEOUT: timeout``)."""
+    name = HcclResult(code).name
+    return f"{'EI0002 ' if code in PEER_CODES else ''}{name}: {RESULT_TEXTS[name]}"

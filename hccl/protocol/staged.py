@@ -2,7 +2,7 @@
 
 Every rank copies its input into its staging area for the call's sequence parity (double-buffered),
 publishes its fingerprint, arrives at the node barrier; after it every rank computes its own result
-from all the stages. Run by cards (``hccl/card/endpoint.py``, ``Endpoint._staged``) or by a rank's own process
+from all the stages. Run by cards (``_staged`` in ``hccl/card/collective.py``) or by a rank's own process
 (``hccl/hostpath.py``) — both follow exactly this protocol on the same block, so they interoperate. Across
 nodes the same computation runs on inputs exchanged through the hub (``combine_stages``).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .ctrlblock import ARRIVED, PHASE, STAGE_BYTES, ControlBlock
-from ..types import np_dtype, reduce_ufunc
+from ..types import hccl_np_dtype, reduce_ufunc
 
 HUB_STAGE_BYTES = 1 << 20                      # across nodes: all inputs of a small collective, through the hub
 STAGED = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier")
@@ -29,7 +29,7 @@ def fits_stage(op: str, p: dict, n: int, across_nodes: bool = False) -> bool:
     node; across nodes (one hub exchange) all ranks' inputs together ≤ HUB_STAGE_BYTES."""
     if op not in STAGED or p.get("algo"):
         return False
-    nbytes = staged_bytes(op, p, n, np_dtype(p["dtype"]))
+    nbytes = staged_bytes(op, p, n, hccl_np_dtype(p["dtype"]))
     return nbytes * n <= HUB_STAGE_BYTES if across_nodes else nbytes <= STAGE_BYTES
 
 
@@ -72,7 +72,7 @@ def combine_stages(stage_of, n: int, rank: int, op: str, p: dict, recv: np.ndarr
     if op == "barrier" or recv is None:
         return
     count, root = p["count"], p.get("root")
-    dtype = np_dtype(p["dtype"])
+    dtype = hccl_np_dtype(p["dtype"])
     itemsize = dtype.itemsize
     out = recv.view(dtype)
 

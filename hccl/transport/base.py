@@ -10,14 +10,14 @@ other's mapped memory (``hccl/protocol/``); what crosses that boundary goes thro
   its collectives (``arrive``, ``exchange`` of small inputs, ``send``/``recv`` of step data), every
   failure mapped to an ``HcclError`` naming the call.
 
-``LocalTransport`` serves cards living in one process (``backend="local"``: one node); ``RayTransport``
-serves card actors and is the only place HCCL touches Ray. The card's ``fabric`` says which applies.
+``InProcessTransport`` (``local.py``) serves cards living in one process (``backend="local"``: one node);
+``RayTransport`` (``ray.py``) serves card actors and is the only place HCCL touches Ray. Both meet through
+rt's generic rendezvous (``rt/rendezvous.py``); ``fabric.py`` picks the one of a card.
 """
 
 from __future__ import annotations
 
-from rt.errors import HcclError
-
+from ..errors import HcclError
 from ..types import HcclResult
 
 
@@ -28,10 +28,10 @@ def init_timeout(comm_id: str, nranks: int, joined, timeout: float) -> HcclError
                      f"(HCCL_CONNECT_TIMEOUT); joined: {sorted(joined)}")
 
 
-def for_card(card):
-    """The transport of ``card``'s fabric (created once per card)."""
-    if card.fabric == "ray":
-        from .ray import RayTransport     # imports Ray: card actors only
-        return RayTransport(card.scope)
-    from .local import LocalTransport
-    return LocalTransport()
+def members(got: dict, comm_id: str, nranks: int, rank: int, timeout: float) -> list:
+    """Every rank's info from a ``Rendezvous.join`` answer, or the HcclError it means."""
+    if got.get("twice"):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"comm '{comm_id}': rank {rank} joined twice")
+    if "values" not in got:
+        raise init_timeout(comm_id, nranks, got["joined"], timeout)
+    return got["values"]

@@ -1,7 +1,7 @@
 """HCCL's Ray transport: how card actors meet, and what crosses nodes (see ``hccl/transport/base.py``).
 
 - Rendezvous: every rank's card joins the job's board (``JobBoard`` of ``rt/ray/actor.py``, created with the
-  job's cards), a blocking meeting point bounded by ``HCCL_CONNECT_TIMEOUT`` — no polling.
+  job's cards: rt's blocking rendezvous by key as an actor), bounded by ``HCCL_CONNECT_TIMEOUT`` — no polling.
 - A communicator that spans nodes gets a hub: a small asyncio actor (a waiting arrival costs nothing)
   for the control messages of its collectives, and Ray objects for the data (``ray.put`` on the sending
   card, fetched by the receiving card from its own node's object store).
@@ -17,11 +17,11 @@ import numpy as np
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
-from rt.errors import HcclError
 from rt.ray.actor import job_board
 
+from ..errors import HcclError
 from ..types import HcclResult
-from .base import init_timeout
+from .base import init_timeout, members
 
 CONTROL_TIMEOUT = 30.0     # seconds for a hub's own bookkeeping calls (missing ranks, last done)
 
@@ -85,8 +85,6 @@ class HcclHub:
         return self.slots.pop(key)
 
 
-
-
 class RayTransport:
     """The transport of card actors (one per card)."""
 
@@ -105,11 +103,7 @@ class RayTransport:
         except RayActorError as e:
             raise HcclError(HcclResult.HCCL_E_REMOTE, f"comm init '{comm_id}': the job's rendezvous board "
                                                       f"died: {e}") from None
-        if got.get("twice"):
-            raise HcclError(HcclResult.HCCL_E_PARA, f"comm '{comm_id}': rank {rank} joined twice")
-        if "values" not in got:
-            raise init_timeout(comm_id, nranks, got["joined"], timeout)
-        return got["values"]
+        return members(got, comm_id, nranks, rank, timeout)
 
     def hub(self, comm_id: str, nranks: int) -> "Hub":
         return Hub(comm_id, HcclHub.options(name=f"hccl-hub:{comm_id}", namespace=self.namespace,

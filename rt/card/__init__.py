@@ -1,1 +1,2 @@
-"""What runs in a card: the ``Card`` (dispatch, extension seam), its memory, stream queues, peers, models."""
+"""What runs in a card: the ``Card`` (its parts' command tables, dispatch, extension seam), its memory, stream
+queues, peers, models."""

@@ -1,22 +1,28 @@
 """A simulated card as a plain Python object: memory, streams, events, kernels, models — and extensions.
 
-The card serves *connections* (one per host context, or per peer card). A connection is any object
-with ``id``, ``pid`` and ``send(msg, fds=())``; transports (in-process, Unix socket) deliver decoded
-messages (``rt/wire/protocol.py``) to :meth:`Card.handle`, which never raises:
+The card serves *connections* (one per host context, or per peer card: ``connection.py``). A transport
+(in-process, Unix socket) opens one with :meth:`Card.connect` ``(send, pid, label)``, ``send(msg, fds=())``
+being how the card answers, and delivers decoded messages (``rt/wire/protocol.py``) to :meth:`Card.handle`,
+which never raises:
 
-- a command ``[CALL, req, name, args]`` runs handler ``c_<name>(conn, *args)`` and its value is the reply
-  (handlers may reply later by returning ``DEFERRED``, or send fds with ``with_fds``);
-- a task ``[TASK, stream, name, args]`` runs ``t_<name>(conn, stream, *args)`` at once (in program
-  order: it validates and resolves), and the closure it returns runs when the stream gets there.
+- a command ``[CALL, req, name, args]`` runs the handler its name maps to in a command table,
+  ``handler(conn, *args)``, and its value is the reply (handlers may reply later by returning ``DEFERRED``,
+  or send fds with ``with_fds``);
+- a task ``[TASK, stream, name, args]`` runs the preparer its name maps to in a task table,
+  ``prepare(conn, stream, *args)``, at once (in program order: it validates and resolves), and the closure
+  it returns runs when the stream gets there.
 
-The card's own handlers are mixed in by area (``memcmds``, ``streamcmds``, ``execcmds``); a name
-``<prefix>_<rest>`` that is not the card's own goes to the extension declared for ``<prefix>``
-(``rt/card/extension.py``). Everything a connection created (allocations, streams, events, models,
-mapped host buffers, extension state) is released when it closes.
+The card is composed of parts, each with its tables written out by name: its own commands (below), memory
+(``memcmds.py``), streams and events (``streamcmds.py``), kernels and models (``execcmds.py``); the card
+merges their tables once, when it is made. A name ``<prefix>_<rest>`` that none of them has goes to the
+tables of the extension declared for ``<prefix>`` (``rt/card/extension.py``). Everything a connection
+created (allocations, streams, events, models, mapped host buffers, extension state) is released when it
+closes.
 """
 
 from __future__ import annotations
 
+import collections
 import itertools
 import os
 import threading
@@ -31,6 +37,7 @@ from ..errors import AclError, NpuError
 from ..wire import extensions
 from ..wire.protocol import CALL, TASK
 from . import extension
+from .connection import Connection
 from .dispatch import DEFERRED, WithFds
 from .execcmds import ExecCommands
 from .memcmds import MemoryCommands, close_map
@@ -43,35 +50,7 @@ from .streamcmds import StreamCommands
 MONITOR_LABEL = "npu-smi"          # the label of monitoring connections (c_usage leaves them out)
 
 
-class Connection:
-    """Per-connection state on the card (one host context or one peer card)."""
-
-    _ids = itertools.count(1)
-
-    def __init__(self, send, pid: int = 0, label: str = "client"):
-        self.id = next(self._ids)
-        self.send = send                  # send(msg, fds=()) -> None
-        self.pid = pid
-        self.label = label
-        self.host_buffers: dict[int, tuple] = {}        # buffer id -> (mmap, uint8 view)
-        self.pending_fds: list[int] = []  # fds received ahead of the message that claims them
-        self.default_stream: StreamQueue | None = None
-        self.callbacks: dict[int, threading.Event] = {}
-        self.callback_failures: dict[int, list] = {}     # cb_id -> an NpuError on the wire, for run() to raise
-        self.state_page = None            # Segment with [host_done, errors] per shared stream (see c_stream_share)
-        self.state_slots = 0
-        self.state_free: list[int] = []   # slots of destroyed streams, for reuse
-        self.orphan_errors: list[NpuError] = []   # tasks for streams that no longer exist (see Card._task)
-        self.draining: set[StreamQueue] = set()        # destroyed streams still running what they held
-        self.bad_messages = 0
-        self.trace = (0, False)           # (task-log length per stream or 0 for the default, sample memory?)
-        self.closed = False
-
-    def __repr__(self) -> str:
-        return f"{self.label} {self.id} (pid {self.pid})"
-
-
-class Card(MemoryCommands, StreamCommands, ExecCommands):
+class Card:
     """One simulated NPU. Thread-safe; driven by :meth:`handle` from any number of transports.
 
     The shell that hosts it sets ``peers`` (how to reach the other cards of the node), ``config`` (the
@@ -92,7 +71,6 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
         self.streams: dict[int, StreamQueue] = {}
         self.events: dict[int, CardEvent] = {}
         self.conns: dict[int, Connection] = {}
-        self.user_kernels: dict[str, object] = {}
         self.models = ModelStore(self.memory)
         self.peers = None                 # set by the shell: other cards' memory and events
         self.config = None
@@ -101,7 +79,20 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
         self._extensions: dict[str, extension.Extension] = {}
         self._targets: dict[str, str] = {}   # extension declarations received from clients
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()         # guards conns, streams, events and the extensions
+        self.memcmds = MemoryCommands(self)
+        self.streamcmds = StreamCommands(self)
+        self.execcmds = ExecCommands(self)
+        own = {
+            "hello": self.c_hello,
+            "ping": self.c_ping,
+            "usage": self.c_usage,
+            "release": self.c_release,
+            "extensions": self.c_extensions,
+        }
+        parts = (self.memcmds, self.streamcmds, self.execcmds)
+        self.commands = _merge(own, *(p.commands for p in parts))      # wire name -> handler(conn, *args)
+        self.tasks = _merge(*(p.tasks for p in parts))                 # wire name -> prepare(conn, stream, *args)
 
     # ---------------------------------------------------------------- extensions
     def extension(self, prefix: str) -> extension.Extension:
@@ -109,25 +100,27 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
         ext = self._extensions.get(prefix)
         if ext is not None:
             return ext
-        with self._lock:
+        with self.lock:
             ext = self._extensions.get(prefix)
             if ext is None:
                 target = self._targets.get(prefix) or extensions.declared().get(prefix)
                 if target is None:
                     raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"no card extension {prefix!r} is declared on "
                                                                  f"{self.where}")
-                ext = self._extensions[prefix] = extension.load(prefix, target)(self)
+                ext = self._extensions[prefix] = extension.create(prefix, target, self)
         return ext
 
-    def _handler(self, kind: str, name: str):
-        """The handler of command (``kind`` "c_") or task ("t_") ``name``: the card's own, else an extension's."""
-        fn = getattr(self, kind + name, None)
-        if fn is not None:
-            return fn
-        prefix, sep, rest = name.partition("_")
-        if sep and (prefix in self._extensions or prefix in self._targets or prefix in extensions.declared()):
-            return getattr(self.extension(prefix), kind + rest, None)
-        return None
+    def _extension_handler(self, name: str, task: bool):
+        """The entry for ``name`` (``<prefix>_<rest>``) in the task or command table of the extension declared
+        for ``<prefix>`` (loaded now if need be); None when no extension is declared for it or it has no such
+        entry."""
+        prefix, sep, _ = name.partition("_")
+        ext = self._extensions.get(prefix)
+        if ext is None:
+            if not sep or (prefix not in self._targets and prefix not in extensions.declared()):
+                return None
+            ext = self.extension(prefix)
+        return (ext.tasks if task else ext.commands).get(name)
 
     def c_extensions(self, conn, targets):
         """A client declares the extensions its process uses (``rt/wire/extensions.py``)."""
@@ -136,7 +129,7 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
     # ---------------------------------------------------------------- connections
     def connect(self, send, pid: int = 0, label: str = "client") -> Connection:
         conn = Connection(send, pid, label)
-        with self._lock:
+        with self.lock:
             self.conns[conn.id] = conn
         return conn
 
@@ -147,7 +140,7 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
         conn.closed = True
         for ev in conn.callbacks.values():
             ev.set()
-        with self._lock:
+        with self.lock:
             self.conns.pop(conn.id, None)
             mine = [s for s in self.streams.values() if s.owner is conn]
             for s in mine:
@@ -195,7 +188,7 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
             self._task(conn, tag, name, args)
             return
         try:
-            fn = self._handler("c_", name)
+            fn = self.commands.get(name) or self._extension_handler(name, False)
             if fn is None:
                 raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"unknown card command {name!r}")
             result = fn(conn, *args)
@@ -233,7 +226,7 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
 
     def _task(self, conn: Connection, sid: int, name: str, args) -> None:
         try:
-            stream = self._stream(conn, sid)
+            stream = self.stream(conn, sid)
         except NpuError as e:
             # No such stream (destroyed while another host thread enqueued on it): the task cannot run
             # anywhere in order, so its error waits for the context's next synchronize_device.
@@ -241,7 +234,7 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
             return
         label = f"{name}#{stream.enqueued + 1}"
         try:
-            prep = self._handler("t_", name)
+            prep = self.tasks.get(name) or self._extension_handler(name, True)
             if prep is None:
                 raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"unknown card task {name!r}")
             fn = prep(conn, stream, *args)
@@ -262,11 +255,16 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
         else:
             self._reply(conn, req, "deferred reply", value)
 
-    # ---------------------------------------------------------------- lookups
-    def _stream(self, conn: Connection, sid: int) -> StreamQueue:
+    # ---------------------------------------------------------------- lookups (for the parts and extensions)
+    def new_id(self) -> int:
+        """A fresh stream or event id of this card."""
+        return next(self._ids)
+
+    def stream(self, conn: Connection, sid: int) -> StreamQueue:
+        """``conn``'s stream ``sid`` (0: its default stream, made on first use)."""
         if sid == 0:
             if conn.default_stream is None:
-                conn.default_stream = self._new_stream(conn)
+                conn.default_stream = self.new_stream(conn)
             return conn.default_stream
         s = self.streams.get(sid)
         if s is None:
@@ -276,18 +274,19 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
                            f"stream {sid} belongs to another context ({s.owner}), not {conn}")
         return s
 
-    def _new_stream(self, conn: Connection) -> StreamQueue:
-        s = StreamQueue(next(self._ids), conn, self.where)
-        self._trace_stream(conn, s)
-        with self._lock:
+    def new_stream(self, conn: Connection) -> StreamQueue:
+        s = StreamQueue(self.new_id(), conn, self.where)
+        self.trace_stream(conn, s)
+        with self.lock:
             self.streams[s.id] = s
         return s
 
-    def _event(self, eid: int) -> CardEvent:
-        ev = self.events.get(eid)
-        if ev is None:
-            raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE, f"event {eid} does not exist on {self.where} (destroyed?)")
-        return ev
+    def trace_stream(self, conn: Connection, s: StreamQueue) -> None:
+        """Give stream ``s`` the task log ``conn`` asked for (``trace_config``)."""
+        length, memory = conn.trace
+        if length and s.log.maxlen != length:
+            s.log = collections.deque(s.log, maxlen=length)
+        s.sampler = (lambda: self.memory.capacity - self.memory.mem_info()[0]) if memory else None
 
     def device_view(self, ptr: int, nbytes: int, what: str) -> np.ndarray:
         """A checked uint8 view of device memory on this card or, through ``peers``, another card."""
@@ -296,7 +295,9 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
             return self.peers.view(where, ptr, nbytes, what)
         return self.memory.view(ptr, nbytes, what=what)
 
-    def _region(self, conn: Connection, desc, nbytes: int, what: str) -> np.ndarray:
+    def region(self, conn: Connection, desc, nbytes: int, what: str) -> np.ndarray:
+        """A checked uint8 view of a copy's side: ``["dev", ptr]``, ``["pin", buffer id, offset]`` (a host buffer
+        of ``conn``) or ``["inline", bytes]``."""
         kind = desc[0]
         if kind == "dev":
             return self.device_view(desc[1], nbytes, what)
@@ -317,7 +318,8 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
             return np.frombuffer(data, np.uint8, nbytes)
         raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{what}: unknown buffer kind {kind!r}")
 
-    def _tensor(self, desc, what: str) -> np.ndarray:
+    def tensor(self, desc, what: str) -> np.ndarray:
+        """A kernel's argument ``[ptr, shape, dtype]`` as a typed view of device memory."""
         ptr, shape, dtype = desc
         dt = np_dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
@@ -341,7 +343,7 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
         free, total = self.memory.mem_info()
         stats = self.memory.stats()
         held = self.memory.owner_usage()
-        with self._lock:
+        with self.lock:
             conns = [c for c in self.conns.values() if c is not conn and c.label != MONITOR_LABEL]
             streams, events = len(self.streams), len(self.events)
         return {"node": self.node, "card": self.index, "soc_name": self.soc_name, "pid": os.getpid(),
@@ -356,9 +358,18 @@ class Card(MemoryCommands, StreamCommands, ExecCommands):
         """The context is being destroyed: free everything it owns (the connection stays open)."""
         self.disconnect(conn)
         conn.closed = False
-        with self._lock:
+        with self.lock:
             self.conns[conn.id] = conn
         conn.default_stream = None
+
+
+def _merge(*tables: dict) -> dict:
+    """One table of several parts' tables; a name is served by one part only."""
+    merged: dict = {}
+    for table in tables:
+        assert not merged.keys() & table.keys(), f"card commands served twice: {merged.keys() & table.keys()}"
+        merged.update(table)
+    return merged
 
 
 def _raiser(exc: NpuError):

@@ -1,4 +1,4 @@
-"""The card's execution commands: user kernels (shipped by value), built-in kernels, sleeps, models."""
+"""The card's execution part: user kernels (shipped by value), built-in kernels, sleeps, offline models."""
 
 from __future__ import annotations
 
@@ -11,7 +11,22 @@ from .queues import annotate
 
 
 class ExecCommands:
-    """``c_*`` / ``t_*`` handlers of ``Card`` for kernels and offline models (a mixin)."""
+    """The kernel and model commands and tasks of ``card``, in the tables ``commands`` and ``tasks`` (wire name →
+    handler, as ``Card.handle`` calls them)."""
+
+    def __init__(self, card):
+        self.card = card
+        self.user_kernels: dict[str, object] = {}     # name -> a @rt.kernel function its process shipped
+        self.commands = {
+            "kernel_register": self.c_kernel_register,
+            "model_load": self.c_model_load,
+            "model_unload": self.c_model_unload,
+        }
+        self.tasks = {
+            "kernel": self.t_kernel,
+            "sleep": self.t_sleep,
+            "model_execute": self.t_model_execute,
+        }
 
     def c_kernel_register(self, conn, name, blob):
         """A ``@rt.kernel`` function shipped by value (cloudpickle) from the user's own process."""
@@ -22,8 +37,8 @@ class ExecCommands:
         self.user_kernels[name] = fn
 
     def t_kernel(self, conn, stream, name, inputs, outputs, attrs):
-        ins = [self._tensor(t, f"{name} input {i}") for i, t in enumerate(inputs)]
-        outs = [self._tensor(t, f"{name} output {i}") for i, t in enumerate(outputs)]
+        ins = [self.card.tensor(t, f"{name} input {i}") for i, t in enumerate(inputs)]
+        outs = [self.card.tensor(t, f"{name} output {i}") for i, t in enumerate(outputs)]
         user = self.user_kernels.get(name)
         op = None if user is not None else registry.get_op(name)
 
@@ -42,14 +57,14 @@ class ExecCommands:
         return run
 
     def c_model_load(self, conn, data):
-        model_id, desc = self.models.load(data, conn.id)
+        model_id, desc = self.card.models.load(data, conn.id)
         return [model_id, desc]
 
     def c_model_unload(self, conn, model_id):
-        self.models.unload(model_id, conn.id)
+        self.card.models.unload(model_id, conn.id)
 
     def t_model_execute(self, conn, stream, model_id, inputs, outputs, dynamic):
         def run():
             annotate(model=model_id)
-            self.models.execute(model_id, inputs, outputs, dynamic)
+            self.card.models.execute(model_id, inputs, outputs, dynamic)
         return run

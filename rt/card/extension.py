@@ -1,14 +1,16 @@
 """The seam through which packages extend every card: the card is extended, not edited.
 
 An extension is a class with the card's own calling convention, instantiated once per card on the first
-command that names it (its per-card state lives on the instance):
+command that names it (its per-card state lives on the instance). Its ``__init__`` writes out two tables,
+keyed by the full wire name ``<prefix>_<name>``, as the card's parts do:
 
-- ``c_<name>(self, conn, *args)`` answers command ``<prefix>_<name>`` (return a value, ``with_fds(...)``,
-  or ``DEFERRED`` and reply later through ``card.reply_later``);
-- ``t_<name>(self, conn, stream, *args)`` prepares task ``<prefix>_<name>`` in program order and returns
-  the closure the stream runs;
-- ``release_owner(conn)`` when a connection closes or its context is released, ``close()`` when the card
-  shuts down.
+- ``commands``: ``"<prefix>_<name>": handler`` with ``handler(conn, *args)`` answering the command (return a
+  value, ``with_fds(...)``, or ``DEFERRED`` and reply later through ``card.reply_later``);
+- ``tasks``: ``"<prefix>_<name>": prepare`` with ``prepare(conn, stream, *args)`` preparing the task in
+  program order and returning the closure the stream runs;
+
+and it may override ``release_owner(conn)`` (a connection closes or its context is released) and ``close()``
+(the card shuts down).
 
 Which class serves a prefix is declared by name (``rt/wire/extensions.py``); the card imports it on first
 use. It reaches the card through the card's public parts: ``memory``, ``peers``, ``config``, ``fabric``,
@@ -18,6 +20,7 @@ use. It reaches the card through the card's public parts: ``memory``, ``peers``,
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 from ..constants import AclErrorCode as E
 from ..errors import AclError
@@ -26,10 +29,10 @@ from ..errors import AclError
 class Extension:
     """Base of a package's per-card part (see the module docstring)."""
 
-    prefix = ""
-
     def __init__(self, card):
         self.card = card
+        self.commands: dict[str, Callable] = {}     # "<prefix>_<name>" -> handler(conn, *args)
+        self.tasks: dict[str, Callable] = {}        # "<prefix>_<name>" -> prepare(conn, stream, *args)
 
     def release_owner(self, conn) -> None:
         """Everything ``conn`` created through this extension goes (its process reset the device or died)."""
@@ -49,3 +52,14 @@ def load(prefix: str, target: str) -> type[Extension]:
     if not (isinstance(cls, type) and issubclass(cls, Extension)):
         raise AclError(E.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, f"card extension {prefix!r}: {target} is not an Extension")
     return cls
+
+
+def create(prefix: str, target: str, card) -> Extension:
+    """``card``'s instance of the extension ``target`` declared for ``prefix``, its tables checked: every
+    name in them must start with ``<prefix>_`` (a name it does not own would never reach it)."""
+    ext = load(prefix, target)(card)
+    stray = sorted(n for n in (*ext.commands, *ext.tasks) if not n.startswith(prefix + "_"))
+    if stray:
+        raise AclError(E.ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                       f"card extension {prefix!r} ({target}) names commands outside its prefix: {stray}")
+    return ext

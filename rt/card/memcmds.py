@@ -1,5 +1,5 @@
-"""The card's memory commands: malloc/free, host buffers it maps, synchronous and stream-ordered copies
-and memsets, and where allocations live (for peers and for the owning host's views)."""
+"""The card's memory part: malloc/free, host buffers it maps, synchronous and stream-ordered copies and memsets,
+and where allocations live (for peers and for the owning host's views)."""
 
 from __future__ import annotations
 
@@ -21,14 +21,38 @@ def close_map(mm: mmap.mmap) -> None:
 
 
 class MemoryCommands:
-    """``c_*`` / ``t_*`` handlers of ``Card`` for memory (a mixin: uses ``memory``, ``streams``, ``_region``)."""
+    """The memory commands and tasks of ``card``, in the tables ``commands`` and ``tasks`` (wire name →
+    handler, as ``Card.handle`` calls them)."""
+
+    def __init__(self, card):
+        self.card = card
+        self.memory = card.memory
+        self.commands = {
+            "malloc": self.c_malloc,
+            "free": self.c_free,
+            "mem_info": self.c_mem_info,
+            "memory_stats": self.c_memory_stats,
+            "empty_cache": self.c_empty_cache,
+            "host_register": self.c_host_register,
+            "host_unregister": self.c_host_unregister,
+            "memcpy": self.c_memcpy,
+            "memset": self.c_memset,
+            "locate": self.c_locate,
+            "locate_own": self.c_locate_own,
+            "export_segment": self.c_export_segment,
+        }
+        self.tasks = {
+            "memcpy": self.t_memcpy,
+            "memset": self.t_memset,
+        }
 
     def c_malloc(self, conn, size, policy=0):
         return self.memory.malloc(size, policy, owner=conn.id)
 
     def c_free(self, conn, ptr):
-        with self._lock:
-            streams = list(self.streams.values()) + [d for c in self.conns.values() for d in c.draining]
+        card = self.card
+        with card.lock:
+            streams = list(card.streams.values()) + [d for c in card.conns.values() for d in c.draining]
         pending = [s.busy_until(s.enqueued) for s in streams if not s.idle()]
         busy = (lambda: any(p() for p in pending)) if pending else None
         self.memory.free(ptr, owner=conn.id, busy=busy)
@@ -60,11 +84,11 @@ class MemoryCommands:
     def c_memcpy(self, conn, dst, src, count):
         """Synchronous copy, not ordered with queued stream work (as aclrtMemcpy)."""
         if dst[0] == "ret":
-            return bytes(self._region(conn, src, count, "memcpy src"))
-        np.copyto(self._region(conn, dst, count, "memcpy dst"), self._region(conn, src, count, "memcpy src"))
+            return bytes(self.card.region(conn, src, count, "memcpy src"))
+        np.copyto(self.card.region(conn, dst, count, "memcpy dst"), self.card.region(conn, src, count, "memcpy src"))
 
     def c_memset(self, conn, ptr, value, count):
-        self.device_view(ptr, count, "memset")[:] = value
+        self.card.device_view(ptr, count, "memset")[:] = value
 
     def c_locate(self, conn, ptr, nbytes, what):
         """For peers: where a range of this card's memory lives (segment id, offset, segment size)."""
@@ -73,7 +97,7 @@ class MemoryCommands:
 
     def c_locate_own(self, conn, ptr):
         """Where this connection's live allocation ``ptr`` lives — ``[segment, offset, segment size]`` plus the
-        segment's fd — so the host can view it (``rt/hostview.py``); None for anything it does not own."""
+        segment's fd — so the host can view it (``rt/host/hostview.py``); None for anything it does not own."""
         try:
             alloc = self.memory.allocation(ptr)
         except AclError:
@@ -89,12 +113,12 @@ class MemoryCommands:
         return with_fds(seg.size, [seg.fd])
 
     def t_memcpy(self, conn, stream, dst, src, count):
-        d = self._region(conn, dst, count, "memcpy_async dst")
-        s = self._region(conn, src, count, "memcpy_async src")
+        d = self.card.region(conn, dst, count, "memcpy_async dst")
+        s = self.card.region(conn, src, count, "memcpy_async src")
         return lambda: np.copyto(d, s)
 
     def t_memset(self, conn, stream, ptr, value, count):
-        d = self.device_view(ptr, count, "memset_async")
+        d = self.card.device_view(ptr, count, "memset_async")
 
         def run():
             d[:] = value

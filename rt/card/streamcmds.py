@@ -1,10 +1,11 @@
-"""The card's stream and event commands: create, destroy (draining), query, share progress with the host,
-synchronize (replies deferred until the stream gets there), records, waits, notifications, callbacks."""
+"""The card's stream part: streams and events — create, destroy (draining), query, share progress with the host,
+synchronize (replies deferred until the stream gets there), records, waits, notifications, callbacks — and each
+stream's task log."""
 
 from __future__ import annotations
 
-import collections
 import threading
+import time
 
 import numpy as np
 
@@ -19,7 +20,36 @@ STATE_PAGE = 4096          # bytes of shared stream state per connection: 16 byt
 
 
 class StreamCommands:
-    """``c_*`` / ``t_*`` handlers of ``Card`` for streams, events and callbacks (a mixin)."""
+    """The stream, event and callback commands and tasks of ``card``, in the tables ``commands`` and ``tasks``
+    (wire name → handler, as ``Card.handle`` calls them)."""
+
+    def __init__(self, card):
+        self.card = card
+        self.commands = {
+            "trace_config": self.c_trace_config,
+            "trace_tasks": self.c_trace_tasks,
+            "stream_create": self.c_stream_create,
+            "default_stream": self.c_default_stream,
+            "stream_destroy": self.c_stream_destroy,
+            "stream_query": self.c_stream_query,
+            "stream_share": self.c_stream_share,
+            "stream_sync": self.c_stream_sync,
+            "device_sync": self.c_device_sync,
+            "event_create": self.c_event_create,
+            "event_destroy": self.c_event_destroy,
+            "event_query": self.c_event_query,
+            "event_sync": self.c_event_sync,
+            "event_wait": self.c_event_wait,
+            "event_elapsed": self.c_event_elapsed,
+            "callback_done": self.c_callback_done,
+        }
+        self.tasks = {
+            "record": self.t_record,
+            "reset_event": self.t_reset_event,
+            "wait_event": self.t_wait_event,
+            "notify": self.t_notify,
+            "callback": self.t_callback,
+        }
 
     # -- the task log (flight recorder, timeline) -----------------------------------------------------
     def c_trace_config(self, conn, length: int, memory: bool):
@@ -28,39 +58,33 @@ class StreamCommands:
         if not isinstance(length, int) or not 0 <= length <= 1 << 22:
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"trace_config: length {length!r} is not in [0, 4194304]")
         conn.trace = (length, bool(memory))
-        with self._lock:
-            mine = [s for s in self.streams.values() if s.owner is conn]
+        card = self.card
+        with card.lock:
+            mine = [s for s in card.streams.values() if s.owner is conn]
         for s in mine:
-            self._trace_stream(conn, s)
-
-    def _trace_stream(self, conn, s) -> None:
-        length, memory = conn.trace
-        if length and s.log.maxlen != length:
-            s.log = collections.deque(s.log, maxlen=length)
-        s.sampler = (lambda: self.memory.capacity - self.memory.mem_info()[0]) if memory else None
+            card.trace_stream(conn, s)
 
     def c_trace_tasks(self, conn):
         """``{stream id: task log}`` of every stream of this connection (also destroyed ones still draining),
         with the card's monotonic clock now: ``[now ns, {sid: [[label, host index, start, end, ok, note,
         memory], ...]}]`` (end 0: running)."""
-        import time
-        with self._lock:
-            mine = [s for s in self.streams.values() if s.owner is conn] + list(conn.draining)
+        with self.card.lock:
+            mine = [s for s in self.card.streams.values() if s.owner is conn] + list(conn.draining)
         # keyed as the host names them: its default stream is 0
         return [time.monotonic_ns(), {str(0 if s is conn.default_stream else s.id): s.task_log() for s in mine}]
 
     def c_stream_create(self, conn):
-        return self._new_stream(conn).id
+        return self.card.new_stream(conn).id
 
     def c_default_stream(self, conn):
-        return self._stream(conn, 0).id
+        return self.card.stream(conn, 0).id
 
     def c_stream_destroy(self, conn, sid):
-        s = self._stream(conn, sid)
+        s = self.card.stream(conn, sid)
         if s is conn.default_stream:
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, "destroy_stream: the default stream cannot be destroyed")
-        with self._lock:
-            self.streams.pop(sid, None)
+        with self.card.lock:
+            self.card.streams.pop(sid, None)
         slot = s.unshare_state()          # before reuse: the draining worker must not publish into it
         if slot >= 0:
             conn.state_free.append(slot)
@@ -72,13 +96,13 @@ class StreamCommands:
         threading.Thread(target=drain, name=f"npu-drain-{sid}", daemon=True).start()
 
     def c_stream_query(self, conn, sid):
-        s = self._stream(conn, sid)
+        s = self.card.stream(conn, sid)
         return int(StreamStatus.ACL_STREAM_STATUS_COMPLETE if s.idle() else StreamStatus.ACL_STREAM_STATUS_NOT_READY)
 
     def c_stream_share(self, conn, sid):
         """Publish stream ``sid``'s progress in a page the host maps: ``[slot, page size]`` plus the page's
         fd (on the first request of the connection only), or None when the page is full."""
-        s = self._stream(conn, sid)
+        s = self.card.stream(conn, sid)
         first = conn.state_page is None
         if first:
             conn.state_page = Segment(STATE_PAGE, name="npusim-stream-state")
@@ -100,14 +124,14 @@ class StreamCommands:
 
     def c_stream_sync(self, conn, sid, req):
         """Reply to request ``req`` when the stream reaches this point (with its async errors)."""
-        s = self._stream(conn, sid)
-        s.push(Task("synchronize", lambda: self.reply_later(conn, req, s.take_errors())))
+        s = self.card.stream(conn, sid)
+        s.push(Task("synchronize", lambda: self.card.reply_later(conn, req, s.take_errors())))
         return DEFERRED
 
     def c_device_sync(self, conn, req):
         """Reply once every stream of the connection — also destroyed ones still draining — got here."""
-        with self._lock:
-            mine = [s for s in self.streams.values() if s.owner is conn]
+        with self.card.lock:
+            mine = [s for s in self.card.streams.values() if s.owner is conn]
         draining = list(conn.draining)
         left = [len(mine) + len(draining)]
         lock = threading.Lock()
@@ -120,7 +144,7 @@ class StreamCommands:
                 errs = [e for e in (s.take_errors() for s in mine + draining) if e is not None]
                 orphans, conn.orphan_errors = conn.orphan_errors, []
                 errs += orphans
-                self.reply_later(conn, req, errs[0] if errs else None)
+                self.card.reply_later(conn, req, errs[0] if errs else None)
 
         if not left[0]:
             orphans, conn.orphan_errors = conn.orphan_errors, []
@@ -137,15 +161,16 @@ class StreamCommands:
         return DEFERRED
 
     def c_event_create(self, conn):
-        ev = CardEvent(next(self._ids), conn)
-        with self._lock:
-            self.events[ev.id] = ev
+        card = self.card
+        ev = CardEvent(card.new_id(), conn)
+        with card.lock:
+            card.events[ev.id] = ev
         return ev.id
 
     def c_event_destroy(self, conn, eid):
         self._event(eid)
-        with self._lock:
-            self.events.pop(eid, None)
+        with self.card.lock:
+            self.card.events.pop(eid, None)
 
     def c_event_query(self, conn, eid):
         done = self._event(eid).is_complete()
@@ -153,12 +178,12 @@ class StreamCommands:
                    else EventRecordedStatus.ACL_EVENT_RECORDED_STATUS_NOT_READY)
 
     def c_event_sync(self, conn, eid, gen, req):
-        self._event(eid).on_complete(gen, lambda: self.reply_later(conn, req))
+        self._event(eid).on_complete(gen, lambda: self.card.reply_later(conn, req))
         return DEFERRED
 
     def c_event_wait(self, conn, eid, gen, req):
         """For peer cards: reply once event ``eid`` reached generation ``gen`` (never blocks the reader)."""
-        self._event(eid).on_complete(gen, lambda: self.reply_later(conn, req))
+        self._event(eid).on_complete(gen, lambda: self.card.reply_later(conn, req))
         return DEFERRED
 
     def c_event_elapsed(self, conn, start, end):
@@ -179,7 +204,7 @@ class StreamCommands:
         return self._event(eid).reset
 
     def t_wait_event(self, conn, stream, card, eid, gen, timeout):
-        if tuple(card) == (self.node, self.index):
+        if tuple(card) == (self.card.node, self.card.index):
             ev = self._event(eid)
 
             def wait_local():
@@ -187,9 +212,10 @@ class StreamCommands:
                     raise AclError(E.ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
                                    f"stream_wait_event: event {eid} not completed within {timeout} s")
             return wait_local
-        if self.peers is None:
+        peers = self.card.peers
+        if peers is None:
             raise AclError(E.ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "stream_wait_event: no peer link to other cards")
-        return lambda: self.peers.wait_event(tuple(card), eid, gen, timeout)
+        return lambda: peers.wait_event(tuple(card), eid, gen, timeout)
 
     def t_notify(self, conn, stream, token):
         return lambda: conn.closed or conn.send([0, "notify", token])
@@ -219,3 +245,10 @@ class StreamCommands:
             if isinstance(failure, list) and len(failure) == 3 and isinstance(failure[1], int):
                 conn.callback_failures[cb_id] = [str(failure[0]), failure[1], str(failure[2])]
             ev.set()
+
+    def _event(self, eid: int) -> CardEvent:
+        ev = self.card.events.get(eid)
+        if ev is None:
+            raise AclError(E.ACL_ERROR_RT_INVALID_HANDLE,
+                           f"event {eid} does not exist on {self.card.where} (destroyed?)")
+        return ev

@@ -4,8 +4,11 @@
   no Ray, no sockets; what unit tests use.
 - ``SocketDirCards``: a process started by ``launch`` or ``spawn`` (``NPUSIM_CARD_DIR`` set) talks to its
   node's card actors over their Unix sockets and never becomes a Ray driver.
-- ``RayCards`` (default, ``rt/ray/backend.py``): card actors in a Ray session (an embedded one on
-  127.0.0.1, or a cluster given by ``address`` / ``RAY_ADDRESS``), reached over their Unix sockets.
+- ``RayCards`` (default, ``rt/ray/backend.py``, a ``SocketDirCards``): card actors in a Ray session (an
+  embedded one on 127.0.0.1, or a cluster given by ``address`` / ``RAY_ADDRESS``), reached over their Unix
+  sockets.
+
+``Runtime.init`` (``rt/host/runtime.py``) chooses one.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from ..constants import AclErrorCode as E
 from ..errors import AclError
 from ..files import setup_dir
 from ..wire.channel import LocalTransport, SocketTransport, card_key, socket_path
+
 
 def card_wait() -> float:
     """Seconds a rank waits for its card to boot (NPUSIM_CARD_WAIT, read when used: a forked rank's own)."""
@@ -104,17 +108,3 @@ class SocketDirCards:
 
     def close(self) -> None:
         pass
-
-
-def choose(cfg: Config, visible: list[int], *, address=None, backend=None):
-    """The backend ``rt.init`` uses: ``backend`` or NPUSIM_BACKEND, else the launcher's socket directory, else Ray."""
-    backend = backend or os.environ.get("NPUSIM_BACKEND")
-    card_dir = os.environ.get("NPUSIM_CARD_DIR")
-    if backend == "local":
-        return LocalCards(cfg)
-    if card_dir and not address and backend in (None, "socket"):
-        return SocketDirCards(cfg, card_dir, int(os.environ.get("NPUSIM_NODE", "0")))
-    if backend not in (None, "ray", "socket"):
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"init: unknown backend {backend!r} (expected 'ray' or 'local')")
-    from ..ray.backend import RayCards          # imports Ray: only when cards live in a Ray session
-    return RayCards(cfg, visible, address or os.environ.get("RAY_ADDRESS"))

@@ -17,8 +17,8 @@ from ..constants import AclErrorCode as E, MemcpyKind
 from ..errors import AclError
 from .hostmem import HostBuffer, pinned_region
 from .memory import ctx_for_ptr, device_where
-from .racecheck import RACE, dev, host
 from .runtime import RUNTIME, Context
+from .seam import SEAM, dev, host
 from .streams import current_stream
 
 INLINE_MAX = 64 << 10          # pageable copies up to this size travel inside the message
@@ -99,6 +99,28 @@ def _staging(ctx: Context) -> _Staging:
 _HOST_TYPES = (np.ndarray, bytes, bytearray, memoryview, HostBuffer)
 
 
+# The copy kind two sides make, by (src is a device address, dst is one); and the kinds CANN takes for another.
+KIND_OF_SIDES = {(False, True): MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE,
+                 (True, False): MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST,
+                 (True, True): MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE,
+                 (False, False): MemcpyKind.ACL_MEMCPY_HOST_TO_HOST}
+_SAME_AS = {MemcpyKind.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE,
+            MemcpyKind.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE,
+            MemcpyKind.ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE}
+
+
+def given_kind(kind, call) -> MemcpyKind:
+    """A copy's ``kind`` argument as a ``MemcpyKind`` (AclError 100000 for anything but 0..7)."""
+    if not args.is_int(kind) or int(kind) not in MemcpyKind._value2member_map_:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: unknown copy kind {args.shown(kind)} (expected 0..7)")
+    return MemcpyKind(int(kind))
+
+
+def kind_fits(kind: MemcpyKind, actual: MemcpyKind) -> bool:
+    """``kind`` names the copy the sides make (``actual``); ``ACL_MEMCPY_DEFAULT`` fits every copy."""
+    return kind == MemcpyKind.ACL_MEMCPY_DEFAULT or _SAME_AS.get(kind, kind) == actual
+
+
 def _infer_kind(dst, src, kind, call):
     for arg, x in (("dst", dst), ("src", src)):
         if isinstance(x, int) and not isinstance(x, bool) and not _is_device(x):
@@ -108,17 +130,9 @@ def _infer_kind(dst, src, kind, call):
                            f"{call}: {arg} {args.shown(x)} is neither a device address (int) nor a host buffer "
                            f"(numpy array, bytes, bytearray, memoryview or HostBuffer)")
     dst_dev, src_dev = _is_device(dst), _is_device(src)
-    actual = {(False, True): MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE, (True, False): MemcpyKind.ACL_MEMCPY_DEVICE_TO_HOST,
-              (True, True): MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE, (False, False): MemcpyKind.ACL_MEMCPY_HOST_TO_HOST}[
-        (src_dev, dst_dev)]
-    if not args.is_int(kind) or int(kind) not in MemcpyKind._value2member_map_:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: unknown copy kind {args.shown(kind)} (expected 0..7)")
-    kind = MemcpyKind(int(kind))
-    accepted = {MemcpyKind.ACL_MEMCPY_DEFAULT: actual,
-                MemcpyKind.ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE,
-                MemcpyKind.ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE,
-                MemcpyKind.ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE}.get(kind, kind)
-    if accepted != actual:
+    actual = KIND_OF_SIDES[(src_dev, dst_dev)]
+    kind = given_kind(kind, call)
+    if not kind_fits(kind, actual):
         names = {True: "device address", False: "host buffer"}
         raise AclError(E.ACL_ERROR_INVALID_PARAM,
                        f"{call}: kind {kind.name} does not match the arguments: dst is a {names[dst_dev]}, src is a "
@@ -149,8 +163,8 @@ def memcpy(dst, dst_max: int, src, count: int, kind: int) -> None:
         d, s = _host_bytes(dst, call, "dst", True), _host_bytes(src, call, "src", False)
         _host_len_check(call, "dst", d, count)
         _host_len_check(call, "src", s, count)
-        if RACE.on():
-            RACE.host("memcpy (host to host)", [host(s, count)], [host(d, count)])
+        if SEAM.accesses:
+            SEAM.host_access("memcpy (host to host)", [host(s, count)], [host(d, count)])
         d[:count] = s[:count]
         return
     ctx = RUNTIME.require_current(call)
@@ -160,15 +174,15 @@ def memcpy(dst, dst_max: int, src, count: int, kind: int) -> None:
     if kind == MemcpyKind.ACL_MEMCPY_DEVICE_TO_DEVICE:
         device_where(dst, call, "dst")
         device_where(src, call, "src")
-        if RACE.on():
-            RACE.host("memcpy (device to device)", [dev(src, count)], [dev(dst, count)])
+        if SEAM.accesses:
+            SEAM.host_access("memcpy (device to device)", [dev(src, count)], [dev(dst, count)])
         cl.call("memcpy", ["dev", dst], ["dev", src], count)
     elif kind == MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE:
         device_where(dst, call, "dst")
         s = _host_bytes(src, call, "src", False)
         _host_len_check(call, "src", s, count)
-        if RACE.on():
-            RACE.host("memcpy (host to device)", [host(s, count)], [dev(dst, count)])
+        if SEAM.accesses:
+            SEAM.host_access("memcpy (host to device)", [host(s, count)], [dev(dst, count)])
         desc, release = _src_desc(ctx, src, s, count)
         try:
             cl.call("memcpy", ["dev", dst], desc, count)
@@ -178,8 +192,8 @@ def memcpy(dst, dst_max: int, src, count: int, kind: int) -> None:
         device_where(src, call, "src")
         d = _host_bytes(dst, call, "dst", True)
         _host_len_check(call, "dst", d, count)
-        if RACE.on():
-            RACE.host("memcpy (device to host)", [dev(src, count)], [host(d, count)])
+        if SEAM.accesses:
+            SEAM.host_access("memcpy (device to host)", [dev(src, count)], [host(d, count)])
         pin = pinned_region(dst)
         if pin is not None:
             _register(ctx, pin[0])
@@ -225,20 +239,20 @@ def memcpy_async(dst, dst_max: int, src, count: int, kind: int, stream=None) -> 
         device_where(dst, call, "dst")
         device_where(src, call, "src")
         cl.submit(st.id, "memcpy", ["dev", dst], ["dev", src], count)
-        if RACE.on():
-            RACE.task(st, "memcpy_async (device to device)", [dev(src, count)], [dev(dst, count)])
+        if SEAM.accesses:
+            SEAM.enqueued(st, "memcpy_async (device to device)", [dev(src, count)], [dev(dst, count)])
     elif kind == MemcpyKind.ACL_MEMCPY_HOST_TO_DEVICE:
         device_where(dst, call, "dst")
         s = _host_bytes(src, call, "src", False)
         _host_len_check(call, "src", s, count)
         desc, release = _src_desc(ctx, src, s, count)
         cl.submit(st.id, "memcpy", ["dev", dst], desc, count)
-        if RACE.on():
+        if SEAM.accesses:
             if desc[0] == "pin" and pinned_region(src) is not None:      # read in place when the stream gets there
-                RACE.task(st, "memcpy_async (pinned host to device)", [host(s, count)], [dev(dst, count)])
+                SEAM.enqueued(st, "memcpy_async (pinned host to device)", [host(s, count)], [dev(dst, count)])
             else:                                                        # a pageable source is captured now
-                RACE.host("memcpy_async (host to device: the source is read at the call)", [host(s, count)])
-                RACE.task(st, "memcpy_async (host to device)", (), [dev(dst, count)])
+                SEAM.host_access("memcpy_async (host to device: the source is read at the call)", [host(s, count)])
+                SEAM.enqueued(st, "memcpy_async (host to device)", (), [dev(dst, count)])
         st.ctx.run_after(st.id, release)
     else:
         device_where(src, call, "src")
@@ -248,14 +262,14 @@ def memcpy_async(dst, dst_max: int, src, count: int, kind: int, stream=None) -> 
         if pin is not None:
             _register(ctx, pin[0])
             cl.submit(st.id, "memcpy", ["pin", pin[0].id, pin[1]], ["dev", src], count)
-            if RACE.on():
-                RACE.task(st, "memcpy_async (device to pinned host)", [dev(src, count)], [host(d, count)])
+            if SEAM.accesses:
+                SEAM.enqueued(st, "memcpy_async (device to pinned host)", [dev(src, count)], [host(d, count)])
             return
         stg = _staging(ctx)
         buf = stg.get(ctx, count)
         cl.submit(st.id, "memcpy", ["pin", buf.id, 0], ["dev", src], count)
-        if RACE.on():       # the pageable destination is written when the covering synchronize lands it
-            RACE.task(st, "memcpy_async (device to host)", [dev(src, count)], [host(d, count)])
+        if SEAM.accesses:       # the pageable destination is written when the covering synchronize lands it
+            SEAM.enqueued(st, "memcpy_async (device to host)", [dev(src, count)], [host(d, count)])
 
         def land():
             d[:count] = np.frombuffer(buf, np.uint8, count)
@@ -270,8 +284,8 @@ def memset(ptr: int, max_count: int, value: int, count: int) -> None:
     _memset_value(call, value)
     ctx = ctx_for_ptr(ptr, call)
     if count:
-        if RACE.on():
-            RACE.host("memset", (), [dev(ptr, count)])
+        if SEAM.accesses:
+            SEAM.host_access("memset", (), [dev(ptr, count)])
         ctx.client.call("memset", ptr, int(value), count)
 
 
@@ -283,8 +297,8 @@ def memset_async(ptr: int, max_count: int, value: int, count: int, stream=None) 
     st = current_stream(stream, call)
     if count:
         st.ctx.client.submit(st.id, "memset", ptr, int(value), count)
-        if RACE.on():
-            RACE.task(st, "memset_async", (), [dev(ptr, count)])
+        if SEAM.accesses:
+            SEAM.enqueued(st, "memset_async", (), [dev(ptr, count)])
 
 
 def _memset_value(call, value):

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from .. import args, errors, faults, slog
+from .. import args, errors
 from ..constants import HBM, AclErrorCode as E, MemAttr
+from ..diag import slog
 from ..errors import AclError
 from .runtime import RUNTIME, Context
+from .seam import SEAM
 
 
 def init(config=None, *, address=None, backend=None) -> None:
     """Start the runtime: embedded local Ray (or join ``address``/RAY_ADDRESS; ``backend="local"``
     for in-process cards). Cards are created lazily at the first ``set_device``."""
     if not RUNTIME.initialized:
-        faults.FAULTS.starting()          # NPUSIM_FAULTS is read now: a malformed spec fails here (100000)
+        SEAM.starting()                   # NPUSIM_FAULTS is read now: a malformed spec fails here (100000)
     RUNTIME.init(config, address=address, backend=backend)
 
 

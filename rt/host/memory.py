@@ -1,15 +1,16 @@
-"""Device and pinned host memory of the current context (``rt.malloc``, ``rt.malloc_host``, stats, cache)."""
+"""Device and pinned host memory of the current context (``rt.malloc``, ``rt.malloc_host``, stats, cache); the
+diagnostics see allocations and frees through the seam (``seam.py``)."""
 
 from __future__ import annotations
 
-from .. import args, slog
+from .. import args
 from ..addresses import decode_addr
 from ..constants import AclErrorCode as E
+from ..diag import slog
 from ..errors import EL0004, AclError
-from ..faults import FAULTS
 from .hostmem import HostBuffer
-from .racecheck import RACE, host
 from .runtime import RUNTIME, Context
+from .seam import SEAM
 
 LOG_BYTES = 1 << 20          # mallocs and frees from this size on are logged (DEBUG, module RUNTIME)
 
@@ -25,12 +26,12 @@ def malloc(size: int, policy: int = 0) -> int:
                                                          f"bytes, far beyond the card's {RUNTIME.cfg.hbm_bytes}-byte "
                                                          f"capacity")
     policy = args.integer(policy, "malloc", "policy", hi=(1 << 32) - 1)
-    if FAULTS.armed:
-        FAULTS.malloc(ctx, int(size))           # NPUSIM_FAULTS oom (rt/faults.py): fails as on a full card
+    if SEAM.on:
+        SEAM.allocating(ctx, int(size))         # fault injection's oom fails it as on a full card
     ptr = ctx.client.call("malloc", int(size), policy)
     ctx.devmap.add(ptr, int(size))
-    if RACE.on():
-        RACE.allocated("dev", ptr, int(size))
+    if SEAM.on:
+        SEAM.allocated("dev", ptr, int(size))
     if size >= LOG_BYTES:
         slog.debug(slog.RUNTIME, "malloc: %d bytes at %#x on %s", size, ptr, ctx.name)
     return ptr
@@ -42,8 +43,8 @@ def free(ptr: int) -> None:
         size = ctx.devmap.size(ptr)
         if size is not None and size >= LOG_BYTES:
             slog.debug(slog.RUNTIME, "free: %d bytes at %#x on %s", size, ptr, ctx.name)
-    if RACE.on():
-        RACE.freed("dev", ptr)
+    if SEAM.on:
+        SEAM.freeing("dev", ptr, "rt.free")
     ctx.devmap.remove(ptr)
     ctx.client.call("free", ptr)
 
@@ -52,16 +53,16 @@ def malloc_host(size: int) -> HostBuffer:
     """Pinned host memory: a writable shared-memory buffer cards copy to and from directly."""
     RUNTIME.require()
     buf = HostBuffer(size)
-    if RACE.on():
-        RACE.allocated("host", host(buf, 0)[1], buf.nbytes)
+    if SEAM.on:
+        SEAM.allocated("host", buf.address, buf.nbytes)
     return buf
 
 
 def free_host(buf: HostBuffer) -> None:
     if not isinstance(buf, HostBuffer):
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"free_host: {type(buf).__name__} is not a HostBuffer from malloc_host")
-    if RACE.on() and not buf.freed:
-        RACE.freed("host", host(buf, 0)[1], "rt.free_host")
+    if SEAM.on and not buf.freed:
+        SEAM.freeing("host", buf.address, "rt.free_host")
     for ctx in list(RUNTIME.contexts):
         if buf.id in ctx.registered and not ctx.client.lost:
             ctx.registered.discard(buf.id)

@@ -21,7 +21,6 @@ import numpy as np
 from .. import args
 from ..constants import AclErrorCode
 from ..errors import AclError
-from ..kernels import library  # noqa: F401  (registers the built-in ops)
 from ..kernels.registry import BY_SNAKE, OpDef, TensorSpec, infer
 from .tensor import empty, launch_kernel
 

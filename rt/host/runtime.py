@@ -20,9 +20,10 @@ import threading
 import traceback
 import warnings
 
-from .. import args, errors, slog
+from .. import args, errors
 from ..config import Config, load_config
 from ..constants import AclErrorCode as E
+from ..diag import slog
 from ..errors import AclError
 from ..wire.client import CardClient
 from . import backends
@@ -146,7 +147,9 @@ class Runtime:
                 raise AclError(E.ACL_ERROR_REPEAT_INITIALIZE, "init: the runtime is already initialized in this process")
             self.cfg = load_config(config)
             self.visible = parse_visible(os.environ.get("ASCEND_RT_VISIBLE_DEVICES"), self.cfg.cards_per_node)
-            self.backend = backends.choose(self.cfg, self.visible, address=address, backend=backend)
+            self.backend = choose_backend(self.cfg, self.visible, address=address, backend=backend)
+            if self.backend.kind == "ray":
+                atexit.register(finalize_at_exit)   # atexit is LIFO: release our cards before Ray's own shutdown
             self.node = self.backend.node
             PINNED.limit = self.cfg.pinned_limit_bytes
             self.initialized = True
@@ -237,7 +240,22 @@ class Runtime:
 
 
 RUNTIME = Runtime()
-RELEASE_HOOKS: list = []       # fn(client) before a context's card connection is released (rt/host/recorder.py)
+RELEASE_HOOKS: list = []       # fn(client) before a context's card connection is released (rt/diag/recorder.py)
+
+
+def choose_backend(cfg: Config, visible: list[int], *, address=None, backend=None):
+    """Where the cards live (``rt/host/backends.py``): ``backend`` or NPUSIM_BACKEND, else the launcher's socket
+    directory, else Ray."""
+    backend = backend or os.environ.get("NPUSIM_BACKEND")
+    card_dir = os.environ.get("NPUSIM_CARD_DIR")
+    if backend == "local":
+        return backends.LocalCards(cfg)
+    if card_dir and not address and backend in (None, "socket"):
+        return backends.SocketDirCards(cfg, card_dir, int(os.environ.get("NPUSIM_NODE", "0")))
+    if backend not in (None, "ray", "socket"):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"init: unknown backend {backend!r} (expected 'ray' or 'local')")
+    from ..ray.backend import RayCards          # imports Ray: only when cards live in a Ray session
+    return RayCards(cfg, visible, address or os.environ.get("RAY_ADDRESS"))
 
 
 def parse_visible(text: str | None, count: int) -> list[int]:

@@ -1,18 +1,26 @@
 """Stream and event handles of the host (``rt.Stream``, ``rt.Event``), the calls on them, and host callbacks.
 
 A handle names a queue or event counter on the card (``rt/card/queues.py``); ``None`` or ``0`` as a stream
-is the current context's default stream. Enqueueing never waits; synchronize and query calls do.
+is the current context's default stream. Enqueueing never waits; synchronize and query calls do. The
+diagnostics see records, waits and synchronizes through the seam (``seam.py``).
 """
 
 from __future__ import annotations
 
-from .. import args, slog
+from .. import args
 from ..constants import AclErrorCode as E
+from ..diag import slog
 from ..errors import AclError
-from ..faults import FAULTS
-from .racecheck import RACE
-from .recorder import RECORDER
 from .runtime import RUNTIME, Context
+from .seam import SEAM
+
+DEFAULT_WAIT = 1836.0        # seconds, when the config gives no exec_timeout (CANN's default)
+
+
+def _wait_timeout() -> float:
+    """Seconds a stream task may wait for another (an event of another stream, a blocking callback): the config's
+    ``exec_timeout``, the execution timeout the tasks of every package share."""
+    return float(getattr(RUNTIME.cfg, "exec_timeout", DEFAULT_WAIT)) if RUNTIME.cfg else DEFAULT_WAIT
 
 
 class Stream:
@@ -76,28 +84,28 @@ def destroy_stream(stream: Stream) -> None:
 def synchronize_stream(stream=None) -> None:
     """Wait for all work on the stream; raises the first async failure of that work."""
     st = stream_handle(stream, "synchronize_stream")
-    if FAULTS.armed:                                    # NPUSIM_FAULTS ecc (rt/faults.py)
-        FAULTS.synchronize(st.ctx, "synchronize_stream")
+    if SEAM.on:
+        SEAM.synchronizing(st.ctx, "synchronize_stream")
     if not st.ctx.notify and st.ctx.client.stream_done(st.id):
         pass            # the card finished all of it without errors, and every copy into host memory landed
     else:
         _traced_wait("synchronize_stream", st, lambda: st.ctx.client.call("stream_sync", st.id, pass_req=True))
-    if RACE.on():
-        RACE.synchronized_stream(st)
-        RACE.check("synchronize_stream")
+    if SEAM.on:
+        SEAM.synchronized_stream(st, "synchronize_stream")
 
 
 def _traced_wait(op: str, st: Stream, wait, **fields) -> None:
-    """Run a blocking wait, recorded in the flight recorder (who waited where, how long, how it ended)."""
-    if not RECORDER.enabled:
+    """Run a blocking wait, shown to the observers (the flight recorder: who waited where, how long, how it
+    ended)."""
+    token = SEAM.waiting(op, st, fields) if SEAM.on else None
+    if token is None:
         return wait()
-    entry = RECORDER.begin(op, st.ctx.client, st.id, **fields)
     try:
         wait()
     except BaseException as e:
-        RECORDER.end(entry, e)
+        SEAM.waited(token, e)
         raise
-    RECORDER.end(entry)
+    SEAM.waited(token)
 
 
 def synchronize_stream_with_timeout(stream, timeout_ms: int) -> None:
@@ -117,48 +125,42 @@ def synchronize_stream_with_timeout(stream, timeout_ms: int) -> None:
         if stream_query(st) != 0:
             raise expired()
         return synchronize_stream(st)
-    if FAULTS.armed:                                    # NPUSIM_FAULTS ecc (rt/faults.py)
-        FAULTS.synchronize(st.ctx, "synchronize_stream_with_timeout")
+    if SEAM.on:
+        SEAM.synchronizing(st.ctx, "synchronize_stream_with_timeout")
     _traced_wait("synchronize_stream_with_timeout", st, lambda: st.ctx.client.call(
         "stream_sync", st.id, pass_req=True, timeout=timeout_ms / 1000, timeout_error=expired), timeout_ms=timeout_ms)
-    if RACE.on():
-        RACE.synchronized_stream(st)
-        RACE.check("synchronize_stream_with_timeout")
+    if SEAM.on:
+        SEAM.synchronized_stream(st, "synchronize_stream_with_timeout")
 
 
 def stream_query(stream=None) -> int:
     """ACL_STREAM_STATUS_COMPLETE (0) when all its work is done, else NOT_READY (1)."""
     st = stream_handle(stream, "stream_query")
     status = st.ctx.client.call("stream_query", st.id)
-    if status == 0 and RACE.on():
-        RACE.synchronized_stream(st)        # the host saw it finish: as good as a synchronize
+    if status == 0 and SEAM.on:
+        SEAM.synchronized_stream(st, None)      # the host saw it finish: as good as a synchronize
     return status
 
 
 def synchronize_device() -> None:
     """Wait for all streams of the current context; raises the first async failure."""
     ctx = RUNTIME.require_current("synchronize_device")
-    if FAULTS.armed:                                    # NPUSIM_FAULTS ecc (rt/faults.py)
-        FAULTS.synchronize(ctx, "synchronize_device")
+    if SEAM.on:
+        SEAM.synchronizing(ctx, "synchronize_device")
     st = stream_handle(None, "synchronize_device")     # make sure the default stream exists on the card
     ctx.client.call("default_stream")
     _traced_wait("synchronize_device", st, lambda: ctx.client.call("device_sync", pass_req=True))
-    if RACE.on():
-        RACE.synchronized_device(ctx)
-        RACE.check("synchronize_device")
+    if SEAM.on:
+        SEAM.synchronized_device(ctx, "synchronize_device")
 
 
 def stream_wait_event(stream, event) -> None:
     """Make ``stream`` wait (on the card) for ``event``'s latest record — also one of another card."""
     st = stream_handle(stream, "stream_wait_event")
     ev = _event(event, "stream_wait_event")
-    timeout = float(RUNTIME.cfg.exec_timeout) if RUNTIME.cfg else 1836.0
-    task = st.ctx.client.submit(st.id, "wait_event", [ev.ctx.node, ev.ctx.physical], ev.id, ev.gen, timeout)
-    if RECORDER.enabled:
-        RECORDER.record("event", "stream_wait_event", st.ctx.client, st.id, task, depth=4, event=ev.id, gen=ev.gen,
-                        event_card=ev.ctx.name)
-    if RACE.on():
-        RACE.wait_event(st, ev)
+    task = st.ctx.client.submit(st.id, "wait_event", [ev.ctx.node, ev.ctx.physical], ev.id, ev.gen, _wait_timeout())
+    if SEAM.on:
+        SEAM.event_waited(st, ev, task)
 
 
 # ====================================================================== events
@@ -196,10 +198,8 @@ def record_event(event: Event, stream=None) -> None:
                        f"record_event: {ev!r} and {st!r} are on different cards")
     ev.gen += 1
     task = st.ctx.client.submit(st.id, "record", ev.id, ev.gen)
-    if RECORDER.enabled:
-        RECORDER.record("event", "record_event", st.ctx.client, st.id, task, depth=4, event=ev.id, gen=ev.gen)
-    if RACE.on():
-        RACE.record_event(st, ev)
+    if SEAM.on:
+        SEAM.event_recorded(st, ev, task)
 
 
 def reset_event(event: Event, stream=None) -> None:
@@ -213,31 +213,24 @@ def query_event_status(event: Event) -> int:
     """ACL_EVENT_RECORDED_STATUS_COMPLETE (1) once the latest record completed, else NOT_READY (0)."""
     ev = _event(event, "query_event_status")
     status = ev.ctx.client.call("event_query", ev.id)
-    if status == 1 and RACE.on():
-        RACE.synchronized_event(ev)
+    if status == 1 and SEAM.on:
+        SEAM.synchronized_event(ev, None)
     return status
 
 
 def synchronize_event(event: Event) -> None:
     ev = _event(event, "synchronize_event")
-    if FAULTS.armed:                                    # NPUSIM_FAULTS ecc (rt/faults.py)
-        FAULTS.synchronize(ev.ctx, "synchronize_event")
-    if RACE.on():
-        _synchronize_event(ev)
-        RACE.synchronized_event(ev)
-        RACE.check("synchronize_event")
-        return
-    _synchronize_event(ev)
-
-
-def _synchronize_event(ev: Event) -> None:
+    if SEAM.on:
+        SEAM.synchronizing(ev.ctx, "synchronize_event")
     if ev.gen:
         st = stream_handle(None, "synchronize_event") if RUNTIME.current is ev.ctx else None
-        if st is None or not RECORDER.enabled:
+        if st is None:
             ev.ctx.client.call("event_sync", ev.id, ev.gen, pass_req=True)
-            return
-        _traced_wait("synchronize_event", st, lambda: ev.ctx.client.call("event_sync", ev.id, ev.gen, pass_req=True),
-                     event=ev.id, gen=ev.gen)
+        else:
+            _traced_wait("synchronize_event", st, lambda: ev.ctx.client.call("event_sync", ev.id, ev.gen,
+                                                                             pass_req=True), event=ev.id, gen=ev.gen)
+    if SEAM.on:
+        SEAM.synchronized_event(ev, "synchronize_event")
 
 
 def event_elapsed_time(start: Event, end: Event) -> float:
@@ -257,5 +250,4 @@ def launch_callback(fn, user_data=None, block=True, stream=None) -> None:
     block = args.flag(block, "launch_callback", "block")
     st = current_stream(stream, "launch_callback")
     cb = st.ctx.add_callback(fn, user_data)
-    timeout = float(RUNTIME.cfg.exec_timeout) if RUNTIME.cfg else 1836.0
-    st.ctx.client.submit(st.id, "callback", cb, block, timeout)
+    st.ctx.client.submit(st.id, "callback", cb, block, _wait_timeout())

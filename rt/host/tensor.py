@@ -18,7 +18,7 @@ from .copies import memcpy, memcpy_async
 from .streams import synchronize_device
 from .memory import free, malloc
 from .runtime import RUNTIME
-from .racecheck import RACE, dev
+from .seam import SEAM
 from .streams import current_stream
 
 
@@ -211,10 +211,10 @@ def launch_kernel(op, inputs, outputs, attrs=None, stream=None) -> None:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"launch_kernel: op {args.shown(op)} is neither a kernel name "
                                                   f"nor @rt.kernel")
     st.ctx.client.submit(st.id, "kernel", name, [t.wire() for t in inputs], [t.wire() for t in outputs], attrs)
-    if RACE.on():
-        outs = [dev(t.ptr, t.nbytes) for t in outputs]
+    if SEAM.accesses:
+        outs = [("dev", t.ptr, t.nbytes) for t in outputs]
         user = isinstance(op, KernelFunction)       # a user kernel may read its outputs too (conservative)
-        RACE.task(st, f"kernel {name}", [dev(t.ptr, t.nbytes) for t in inputs] + (outs if user else []), outs)
+        SEAM.enqueued(st, f"kernel {name}", [("dev", t.ptr, t.nbytes) for t in inputs] + (outs if user else []), outs)
 
 
 def sleep_kernel(seconds: float, stream=None) -> None:

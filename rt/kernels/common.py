@@ -16,7 +16,7 @@ import numpy as np
 from ..constants import AclErrorCode
 from ..dtypes import BFLOAT16
 from ..errors import AclError
-from .registry import OpDef, TensorSpec, register
+from .opdef import OpDef, TensorSpec, register
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 BF16 = BFLOAT16

@@ -14,7 +14,7 @@ from ..dtypes import np_dtype
 from ..errors import AclError
 from .common import (ALL, BOOL, FLOATS, NUMERIC, SIGNED_INTS, attr_str, broadcast, check_dtype, define, erf,
                      invalid, same_dtype, unsupported, wide)
-from .registry import TensorSpec
+from .opdef import TensorSpec
 
 GELU_MODES = ("none", "tanh")
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

@@ -1,8 +1,5 @@
-"""The built-in op library: importing this module registers every built-in op (once).
-
-``registry.get_op`` imports it lazily, so a card or a model builder pays for the op modules only
-when it first looks an op up.
-"""
+"""The built-in op library: importing this module registers every built-in op (once), each op module
+adding its ``OpDef``s to ``opdef.py``'s table; ``registry.py`` imports it and looks them up."""
 
 from __future__ import annotations
 

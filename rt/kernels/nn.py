@@ -6,7 +6,7 @@ import numpy as np
 
 from .common import (F32, F64, FLOATS, NUMERIC, attr_float, attr_int, broadcast, broadcasts_to, check_dtype,
                      define, invalid, known, norm_axis, same_dtype, wide)
-from .registry import TensorSpec
+from .opdef import TensorSpec
 
 
 # ---------------------------------------------------------------- MatMul

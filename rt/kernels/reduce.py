@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from .common import FLOATS, NUMERIC, attr_bool, attr_ints, check_dtype, define, norm_axes, wide
-from .registry import TensorSpec
+from .opdef import TensorSpec
 
 
 def reduced_axes(op: str, attrs: dict, rank: int) -> list[int]:

@@ -12,7 +12,7 @@ import numpy as np
 
 from .common import (ALL, INDEX, MAX_INPUTS, attr_int, attr_ints, check_dtype, define, invalid, known,
                      norm_axes, norm_axis, same_dtype)
-from .registry import TensorSpec
+from .opdef import TensorSpec
 
 
 # ---------------------------------------------------------------- Reshape

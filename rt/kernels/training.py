@@ -14,7 +14,7 @@ from .common import (FLOATS, INDEX, attr_int, attr_str, check_dtype, define, erf
                      norm_axis, same_dtype, sum_to_shape, wide)
 from .elementwise import GELU_TANH_COEF, SQRT_2_OVER_PI, gelu_mode
 from .nn import layer_norm_shapes, stats_dtype
-from .registry import TensorSpec
+from .opdef import TensorSpec
 
 REDUCTIONS = ("mean", "sum", "none")
 

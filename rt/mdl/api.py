@@ -12,11 +12,12 @@ import dataclasses
 import itertools
 import threading
 
-from .. import args, slog
+from .. import args
 from ..constants import AclErrorCode
 from ..errors import AclError
 from ..host import devices, streams
-from ..host.racecheck import RACE, dev
+from ..diag import slog
+from ..host.seam import SEAM, dev
 from . import format as fmt
 from .dataset import (DataBuffer, Dataset, _check_buffer, _check_dataset, create_data_buffer, update_data_buffer,
                       destroy_data_buffer, get_data_buffer_addr, get_data_buffer_size_v2, create_dataset,
@@ -184,8 +185,8 @@ def _submit(m: _HostModel, stream, ins, outs, dynamic, what: str):
                        f"but the stream belongs to {getattr(client, 'name', client)}")
     # token 0: no dims reply wanted, the host already knows them from its own shape inference
     client.submit(st.id, "model_execute", m.card_model_id, ins, outs, dynamic)
-    if RACE.on():
-        RACE.task(st, f"model {m.desc.model_id} ({m.desc.name!r}) execution", [dev(p, n) for p, n in ins],
+    if SEAM.accesses:
+        SEAM.enqueued(st, f"model {m.desc.model_id} ({m.desc.name!r}) execution", [dev(p, n) for p, n in ins],
                   [dev(p, n) for p, n in outs])
     return st
 

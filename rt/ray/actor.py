@@ -1,51 +1,28 @@
 """The Ray actor shells: ``CardActor`` around one ``Card`` (builds it, serves its Unix socket, links its
-peers), and ``JobBoard``, where the cards of one job meet (a blocking rendezvous by key that packages
-extending the card use: HCCL's communicator init, ``hccl/transport/ray.py``)."""
+peers), and ``JobBoard``, where the cards of one job meet (``rt/rendezvous.py`` as a job-wide actor, for the
+packages that extend the card)."""
 
 from __future__ import annotations
 
 import os
-import threading
-import time
 
 import ray
 
+from ..rendezvous import Rendezvous
+
 BOARD_NAME = "npusim-board"        # one per job, in the job's Ray namespace
-MAX_JOIN_WAIT = 86400.0            # a day: far past any valid HCCL_CONNECT_TIMEOUT
 
 
 @ray.remote(num_cpus=0, max_concurrency=256)
 class JobBoard:
-    """Parties of one key wait for each other: each brings a value, all get every value (in index order).
-    A threaded actor: a waiting party holds one of its threads, never a card's."""
+    """The job's ``Rendezvous``. A threaded actor: a waiting party holds one of its threads, never a card's."""
 
     def __init__(self):
-        self._entries: dict[str, dict] = {}
-        self._cv = threading.Condition()
+        self._meeting = Rendezvous()
 
     def join(self, key: str, count: int, index: int, value, timeout: float) -> dict:
-        """``{"values": [...]}`` once all ``count`` joined; ``{"joined": [...]}`` on timeout; ``{"twice": True}``
-        if ``index`` already joined. The callers check ``timeout`` (HCCL_CONNECT_TIMEOUT, at most 7200 s); here it is
-        only kept finite and >= 0, since ``Condition.wait`` raises OverflowError for inf and nan never expires."""
-        timeout = float(min(timeout, MAX_JOIN_WAIT)) if timeout >= 0 else 0.0   # nan >= 0 is False
-        deadline = time.monotonic() + timeout
-        with self._cv:
-            entry = self._entries.setdefault(key, {"values": {}, "left": count})
-            if index in entry["values"]:
-                return {"twice": True}
-            entry["values"][index] = value
-            self._cv.notify_all()
-            while len(entry["values"]) < count:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return {"joined": sorted(entry["values"])}
-                self._cv.wait(left)
-            values = [entry["values"][i] for i in range(count)]
-            entry["left"] -= 1
-            if not entry["left"]:                # the last party out forgets the key
-                self._entries.pop(key, None)
-            return {"values": values}
-
+        """``Rendezvous.join`` of the job's cards."""
+        return self._meeting.join(key, count, index, value, timeout)
 
 
 def job_board(namespace: str):

@@ -1,10 +1,10 @@
 """``RayCards``: the cards of ``rt.init()`` as actors of a Ray session — an embedded one on 127.0.0.1 that
 this process starts (and stops at ``rt.finalize``), or a cluster joined with ``address`` / ``RAY_ADDRESS``.
-The cards are created on first use and reached, like a launcher's, over their Unix sockets."""
+The cards are created on first use and reached, like a launcher's, over their Unix sockets. Ray registers its
+exit hook when the session starts; ``Runtime.init`` registers the runtime's after it, so the cards go first."""
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import threading
@@ -25,8 +25,6 @@ class RayCards(SocketDirCards):
         else:
             session.start_local_ray(cfg)
         import ray
-        from ..host.runtime import finalize_at_exit
-        atexit.register(finalize_at_exit)      # atexit is LIFO: release our cards before Ray's own shutdown
         nodes = session.nodes_with_npus()
         here = ray.get_runtime_context().get_node_id()
         ids = [n["node_id"] for n in nodes]

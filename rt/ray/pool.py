@@ -4,10 +4,11 @@ Booting a node's card actors costs seconds (a Ray worker each); a test suite tha
 would pay that every time. Within one Ray session — a pytest session fixture, a notebook, a long-lived
 process, ``launch --up``'s cluster — a finished job's cards come back here instead of being destroyed:
 each is ``reset`` (``CardActor.reset``: a brand-new ``Card`` — memory, streams, events, models, kernels,
-communicators, statistics — with addresses past every one the last job saw, serving the same socket), and
+extensions' state, statistics — with addresses past every one the last job saw, serving the same socket), and
 the next job with the same shape (node, cards, hardware config) gets them at once. A card that fails its
 reset, or a set whose actors died, is destroyed instead. ``drain()`` destroys every idle set; ``stop_ray``
-calls it, and so does interpreter exit.
+calls it, and so does interpreter exit. The pool plugs into the session's hooks when imported: cards created
+anywhere in this process first make room (``make_room``), and the session drains it before stopping.
 """
 
 from __future__ import annotations
@@ -113,3 +114,5 @@ def idle_count() -> int:
 
 
 atexit.register(drain)
+session.BEFORE_CREATE.append(make_room)
+session.BEFORE_STOP.append(drain)

@@ -26,6 +26,11 @@ from ..files import setup_dir
 from ..host import reaper
 
 NAMESPACE = "npusim"
+# Caches of idle cards plug in here (the warm pool, rt/ray/pool.py, when it is imported — no idle card exists
+# before): fn(node_id, count) before cards are created on a Ray node, to yield their NPUs; fn() before this
+# process stops its Ray session, to destroy them.
+BEFORE_CREATE: list = []
+BEFORE_STOP: list = []
 # The raylet connects to the object store it has just started; if the store is not listening yet it
 # sleeps raylet_client_connect_timeout_milliseconds (Ray's default 1000, 10 attempts) before retrying,
 # which made about every other ray.init here 1 s slower (2.2 s -> 3.3 s). Retry every 100 ms instead,
@@ -175,6 +180,12 @@ def _enable_token_auth() -> None:
         pass
 
 
+def auth_env() -> dict:
+    """RAY_AUTH_* of this process: what a process joining its session needs (a rank falling back to Ray, the
+    borrower of a ``launch --up`` cluster's cards)."""
+    return {key: os.environ[key] for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN") if key in os.environ}
+
+
 def connect_ray(address: str, timeout: float = 30.0) -> None:
     """Join an existing cluster; an unreachable address fails fast with a message naming it."""
     ray = _ray()
@@ -214,12 +225,13 @@ def _keep_loopback() -> None:
 
 
 def stop_ray() -> None:
-    """Shut Ray down if this process started it (and have the reaper end its lingering agents now)."""
+    """Shut Ray down if this process started it, idle cached cards first (and have the reaper end its lingering
+    agents now)."""
     global _started_here, _session_tag
     ray = _ray()
     if _started_here and ray.is_initialized():
-        from . import pool
-        pool.drain()
+        for drain in BEFORE_STOP:
+            drain()
         ray.shutdown()
         if _session_tag:
             reaper.sweep(_session_tag)
@@ -266,10 +278,10 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
                  socket_dir: str | None = None, timeout: float = 60.0, indices=None, wait: bool = True) -> CardSet:
     """Create (or find) the card actors 0..count-1 (or ``indices``) of ``node``, pinned to Ray node ``node_id``."""
     from .actor import CardActor
-    from . import pool
     from ..wire.channel import card_key
     count = cfg.cards_per_node if count is None else count
-    pool.make_room(node_id, len(indices) if indices is not None else count)   # idle warm cards yield their NPU
+    for make_room in BEFORE_CREATE:            # idle warm cards yield their NPU
+        make_room(node_id, len(indices) if indices is not None else count)
     socket_dir = setup_dir(socket_dir or os.path.join(socket_root(), job), f"card socket directory of job {job!r}")
     reaper.path(socket_dir)             # removed by destroy_cards, or by the reaper if we die first
     write_owner(socket_dir, job)
@@ -300,7 +312,7 @@ OWNER_FILE = "owner.json"
 
 def write_owner(socket_dir: str, job: str) -> None:
     """Say who created the cards of ``socket_dir`` — this process (pid and start time, so a reused pid is told
-    apart) — in ``owner.json`` beside their sockets: how ``npu-smi`` (``launcher/smi.py``) names a session and
+    apart) — in ``owner.json`` beside their sockets: how ``npu-smi`` (``launcher/tools/smi.py``) names a session and
     tells a live one from a stale one. It goes with the directory (``destroy_cards``, ``forget_cards``, the
     reaper); a set created in steps keeps the first step's file. Best effort: never fails card creation."""
     path = os.path.join(socket_dir, OWNER_FILE)

@@ -20,7 +20,7 @@ from .protocol import CALL, NOTIFY, TASK
 from .segment import close_fds, map_received
 
 LIVENESS = 1.0   # seconds between checks that the card is still there while waiting
-ERROR_HOOKS: list[Callable] = []   # fn(error) for every error a card answers (rt/host/recorder.py adds one)
+ERROR_HOOKS: list[Callable] = []   # fn(error) for every error a card answers (rt/diag/recorder.py adds one)
 
 
 class _Waiter:
@@ -36,8 +36,9 @@ class _Waiter:
 class CardClient:
     """A connection to one card; safe to use from several host threads."""
 
-    def __init__(self, connect: Callable, *, name: str, label: str = "host"):
-        """``connect(on_message, on_close)`` returns a transport (``rt/wire/channel.py``)."""
+    def __init__(self, connect: Callable, *, name: str, label: str = "host", timeout: float | None = None):
+        """``connect(on_message, on_close)`` returns a transport (``rt/wire/channel.py``); ``timeout``: seconds the
+        card has to answer ``hello`` (None: as long as it lives). A ``hello`` that fails closes the channel."""
         self.name = name                      # "card 3 (node 0)" for messages
         self._ids = itertools.count(1)
         self._waiters: dict[int, _Waiter] = {}
@@ -53,7 +54,11 @@ class CardClient:
         self._refused = None                      # (code, message) if the card refused this connection
         self._gone = threading.Event()            # set once the channel closed
         self.transport = connect(self._on_message, self._on_close)
-        self.info = self.call("hello", os.getpid(), label)
+        try:
+            self.info = self.call("hello", os.getpid(), label, timeout=timeout)
+        except BaseException:
+            self.close()
+            raise
 
     # -- incoming -------------------------------------------------------------------------------
     def _on_message(self, msg, fds=()) -> None:

@@ -2,9 +2,10 @@
 
 A package above the runtime (HCCL, the pyACL helpers, a recorder) declares, in the process that uses it,
 ``declare("hccl", "hccl.card.extension:HcclExtension")``: commands and tasks named ``hccl_<name>`` are then
-handled by that class on every card (``rt/card/extension.py``). Declarations travel to the cards with the
-first command after they change (``rt.host.client.CardClient``), so a card actor in another process loads
-the extension by that name on first use; in-process cards read this registry directly. The runtime itself
+handled on every card by the entries of that class's command and task tables (``rt/card/extension.py``).
+Declarations travel to the cards with the first command after they change (``rt.wire.client.CardClient``), so a
+card actor in another process loads the extension by that name on first use; in-process cards read this
+registry directly. The runtime itself
 names no package here.
 """
 

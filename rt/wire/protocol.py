@@ -8,9 +8,10 @@
 - ``[NOTIFY, kind, payload]`` (card → host): a stream reached a notify point, a host callback is due, a
   task raised a warning.
 
-Command and task names are the card's own (``malloc``, ``memcpy``, ``stream_sync``, ...) or
-``<prefix>_<name>`` for a package that extends the card (``hccl_init``: ``rt/card/extension.py``). File
-descriptors (SCM_RIGHTS) travel with a message to map memory, never to copy it.
+Command and task names are keys of the card's command and task tables (``rt/card/card.py``): the card's own
+(``malloc``, ``memcpy``, ``stream_sync``, ...) or ``<prefix>_<name>`` for a package that extends the card
+(``hccl_init``: ``rt/card/extension.py``). File descriptors (SCM_RIGHTS) travel with a message to map memory,
+never to copy it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 
-from .. import slog
+from ..diag import slog
 from ..files import setup_dir
 from ..constants import AclErrorCode as E
 from .channel import HANDSHAKE_BYTES, HELLO, card_key, key_matches, recv_into, sendmsg

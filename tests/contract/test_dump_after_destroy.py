@@ -1,7 +1,7 @@
 """rt.trace_dump after contexts were destroyed: their closed channels are not asked for task logs again (each
 try waited for a card that could not answer: the contract sweep's trace_dump calls ran past the deadline)."""
 
-from rt.host.recorder import RECORDER
+from rt.diag.recorder import RECORDER
 
 
 def test_trace_dump_does_not_ask_destroyed_contexts(dev0, tmp_path):

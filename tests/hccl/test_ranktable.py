@@ -6,7 +6,7 @@ import json
 import pytest
 
 from hccl import ranktable
-from rt.errors import HcclError
+from hccl.errors import HcclError
 
 
 @pytest.mark.parametrize("nnodes, nproc", [(1, 1), (1, 8), (2, 3), (4, 8)])

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from hccl.algos import buffer_sizes, build, choose, parse_hccl_algo, run_numpy, supports, validate
-from rt.errors import HcclError
+from hccl.errors import HcclError
 
 HCCL_E_PARA, HCCL_E_NOT_SUPPORT = 1, 5
 
@@ -81,7 +81,7 @@ def test_choose_hccl_algo_overrides():
 def test_choose_falls_back_and_says_so():
     algo, params = choose("all_to_all", 16, 1 << 20, nodes=2)
     assert algo == "mesh" and "falling back" in params["reason"]
-    assert not supports("hd", "all_to_all") and supports("mesh", "alltoallv")
+    assert not supports("hd", "all_to_all") and supports("mesh", "alltoall")
 
 
 def test_choose_2x4_topology_uses_hcss_groups():

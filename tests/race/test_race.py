@@ -16,7 +16,8 @@ import pytest
 
 import hccl
 import rt
-from rt.host.racecheck import RACE, Detector
+from rt.diag.racecheck import RACE, Detector
+from rt.host.seam import SEAM
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = os.path.basename(__file__)
@@ -29,11 +30,13 @@ def race(rt_local, monkeypatch):
     fresh = Detector()
     fresh.configure()
     monkeypatch.setattr(RACE, "__dict__", fresh.__dict__)
+    SEAM.refresh()                        # the detector's watching changed behind the seam's back
     rt_local.set_device(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", rt.RaceWarning)
         yield lambda: [str(w.message) for w in caught if issubclass(w.category, rt.RaceWarning)]
     monkeypatch.setattr(RACE, "__dict__", Detector().__dict__)
+    SEAM.refresh()
 
 
 def lineno(marker: str) -> str:
@@ -230,8 +233,8 @@ def test_no_false_positives_on_the_examples(example):
 def test_no_false_positives_on_eight_rank_training(npu_session, tmp_path):
     """examples/train.py on 8 ranks (DDP buckets all-reduced on a comm stream behind events) with the detector
     raising: any race would fail a rank at its next synchronize."""
-    from launcher.cli import run
-    from launcher.config import make_run_config
+    from launcher.launch.config import make_run_config
+    from launcher.launch.job import run
     rc = make_run_config([str(ROOT / "examples" / "train.py"), "--epochs", "1", "--train-size", "2048", "--quiet"],
                          nproc=8, timeout=150, log_dir=str(tmp_path / "logs"),
                          env={**os.environ, "NPUSIM_RACE_CHECK": "raise"})
@@ -256,8 +259,8 @@ rt.synchronize_stream(comm_stream)
 @pytest.mark.timeout(120)
 def test_launch_race_check_raise_fails_a_racy_rank_at_its_synchronize(npu_session, tmp_path):
     """The same path as above is not vacuous: a rank whose all_reduce skips the event fails with RaceError."""
-    from launcher.cli import run
-    from launcher.config import make_run_config
+    from launcher.launch.config import make_run_config
+    from launcher.launch.job import run
     prog = tmp_path / "racy.py"
     prog.write_text(RACY_RANK)
     rc = make_run_config([str(prog)], nproc=2, timeout=90, log_dir=str(tmp_path / "logs"),
@@ -265,6 +268,6 @@ def test_launch_race_check_raise_fails_a_racy_rank_at_its_synchronize(npu_sessio
     result = run(rc)
     assert result.status == "failed"
     logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("rank*.log")))
-    assert "rt.host.racecheck.RaceError: [500001]" in logs or "RaceError" in logs
+    assert "rt.diag.racecheck.RaceError: [500001]" in logs or "RaceError" in logs
     assert "synchronize_stream: the race detector (NPUSIM_RACE_CHECK=raise) found 1 race(s)" in logs
     assert "kernel Relu" in logs and "racy.py:7" in logs and "all_reduce #1" in logs and "racy.py:8" in logs

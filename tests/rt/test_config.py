@@ -4,6 +4,7 @@ naming the key, never a foreign exception."""
 
 import pytest
 
+import hccl  # noqa: F401  registers its [hccl] section (hccl/config.py): its keys are tested here too
 import rt
 from rt import config as config_mod
 from rt.config import _FIELDS, load_config

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from rt.card.card import Card
+from rt.card.memcmds import MemoryCommands
 from rt.wire.protocol import CALL, TASK
 from rt.wire.channel import SocketTransport
 from rt.wire.server import CardServer
@@ -236,7 +237,7 @@ def test_descriptors_reach_the_message_they_were_sent_with():
 
 def test_a_reply_the_wire_cannot_encode_fails_that_command_not_the_connection(tmp_path, monkeypatch):
     import rt
-    monkeypatch.setattr(Card, "c_mem_info", lambda self, conn: [2 ** 70, 1])     # past msgpack's 64 bits
+    monkeypatch.setattr(MemoryCommands, "c_mem_info", lambda self, conn: [2 ** 70, 1])     # past msgpack's 64 bits
     card = Card(capacity=8 << 20)
     path = str(tmp_path / "npu0_0.sock")
     server = CardServer(card, path)

@@ -214,7 +214,7 @@ def test_a_probe_that_sends_nothing_is_not_a_refusal(card_at, tmp_path):
 
 
 def test_npu_smi_presents_the_key_and_names_a_refusal(card_at, tmp_path):
-    from launcher import smi
+    from launcher.tools import smi
     card_at("a")
     path = socket_path(str(tmp_path / "a"), 0, 0)
     assert smi.query_card(path)["total"] == 8 << 20

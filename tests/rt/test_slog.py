@@ -1,4 +1,4 @@
-"""CANN's host log conventions (rt/slog.py): levels, the plog file and its line format, stdout, the module
+"""CANN's host log conventions (rt/diag/slog.py): levels, the plog file and its line format, stdout, the module
 tags, and the CANN error-code tags in what is logged.
 
 The environment is read once per process, so most tests run a small program in a subprocess with the

@@ -90,7 +90,7 @@ def collectives(comm, stream, r: int, n: int, count: int, tag: str) -> None:
 
 def sweep(comm, stream, r: int, n: int) -> None:
     """all_reduce for every HCCL dtype and reduce op (small exact values, so every order agrees)."""
-    from hccl.types import HcclDataType, np_dtype
+    from hccl.types import HcclDataType, hccl_np_dtype as np_dtype
     count = 37
     for code in [c for c in HcclDataType if c.name not in ("INT128", "HIF8", "FP8E4M3", "FP8E5M2", "FP8E8M0",
                                                              "RESERVED")]:

@@ -49,7 +49,7 @@ def test_ddp_example_matches_single_process_training():
 @pytest.mark.parametrize("leaver", [1, 0])
 def test_a_rank_that_leaves_is_named_at_once_with_ei0002(leaver):
     """Ascend's own fault-mode script: on real NPUs a 30-minute timeout, here the survivor fails at once."""
-    from launcher.config import free_port
+    from launcher.launch.config import free_port
     # the issue's bound (no 30-minute hang: done within 60 s) is the deadline; it typically takes ~6 s
     done, _ = launch(2, SCRIPTS / "rank_leaves.py", leaver, timeout=60, FAULT_TEST_PORT=str(free_port()))
     survivor = 1 - leaver

@@ -29,8 +29,9 @@ def line_of(program: str, marker: str) -> str:
 
 @pytest.fixture
 def run_program(npu_session, tmp_path):
-    from launcher.cli import report, run
-    from launcher.config import make_run_config
+    from launcher.launch.cli import report
+    from launcher.launch.config import make_run_config
+    from launcher.launch.job import run
 
     def go(name: str, nproc: int = 4, args=(), profile=None):
         env = {**os.environ, "HCCL_EXEC_TIMEOUT": "3"}
@@ -139,8 +140,8 @@ def check_chrome_trace(trace: dict) -> None:
 @pytest.mark.timeout(240)
 def test_launch_profile_of_the_training_example_has_every_rank_card_and_collective_flow(run_program, tmp_path):
     out = tmp_path / "train.json"
-    from launcher.cli import run
-    from launcher.config import make_run_config
+    from launcher.launch.config import make_run_config
+    from launcher.launch.job import run
     rc = make_run_config([str(ROOT / "examples" / "train.py"), "--epochs", "1", "--train-size", "2048",
                           "--quiet"], nproc=8, timeout=180, profile=str(out))
     result = run(rc)
@@ -163,7 +164,7 @@ def test_launch_profile_of_the_training_example_has_every_rank_card_and_collecti
 
 
 def test_a_scheduled_collective_shows_one_child_slice_per_algorithm_step():
-    from launcher import profile
+    from launcher.launch import profile
     log = [["hccl_collective#1", 1, 1000, 9000, True, {"comm": "w", "seq": 1, "op": "broadcast", "algo": "mesh",
                                                          "steps": [4000, 9000]}, 4096]]
     dumps = [{"rank": str(r), "entries": [{"kind": "collective", "op": "broadcast", "comm": "w", "seq": 1,

@@ -1,5 +1,6 @@
 """Where a torch rank's cards come from: ``launch``'s, the rank's own, or — under ``torchrun`` and plain
-``env://`` jobs — cards hosted by rank 0 and shared with the other ranks through the c10d store.
+``env://`` jobs — cards hosted by rank 0 and shared with the other ranks through the c10d store; and which of
+them the process is bound to (``torch.npu.set_device``'s, used by ``torch.npu`` and the process groups alike).
 
 - Under ``launch`` / ``spawn`` (``NPUSIM_CARD_DIR`` set) the job's cards already run; ``rt.init()`` reaches
   them over their sockets.
@@ -25,11 +26,13 @@ import rt
 from rt.config import load_config
 from rt.constants import AclErrorCode as E
 from rt.errors import AclError
+from rt.host.runtime import parse_visible
 
 KEY = "npusim/cards"             # store key: "<hostname>\n<socket dir>\n<job>" published by rank 0
 EXIT_WAIT = 600.0                # seconds rank 0 waits at exit for the other ranks before stopping the cards
 _lock = threading.Lock()
 _hosted = None                   # the CardSet rank 0 hosts
+_device: int | None = None       # the card this process is bound to (set_device), None until chosen
 
 
 def runtime_ready_without_store() -> bool:
@@ -52,6 +55,35 @@ def ensure_runtime(store=None, rank: int = 0, world_size: int = 1, timeout: floa
         if rank == 0:
             _host_cards(store)
         _join_cards(store, rank, timeout)
+
+
+def device_count() -> int:
+    """Visible cards: ``ASCEND_RT_VISIBLE_DEVICES`` over the config's cards per node (never starts anything)."""
+    if rt.is_initialized():
+        return rt.get_device_count()
+    return len(parse_visible(os.environ.get("ASCEND_RT_VISIBLE_DEVICES"), load_config(None).cards_per_node))
+
+
+def choose_device(index: int) -> None:
+    """``torch.npu.set_device``: the card this process binds to (checked by the caller)."""
+    global _device
+    _device = index
+
+
+def current_device() -> int:
+    """The bound card: ``set_device``'s, else ``LOCAL_RANK`` (as ``launch`` and ``torchrun`` map ranks), else 0."""
+    if _device is not None:
+        return _device
+    local = os.environ.get("LOCAL_RANK")
+    return int(local) % max(device_count(), 1) if local and local.isdigit() else 0
+
+
+def bind() -> int:
+    """Start the runtime if needed and make the bound card current on the calling thread."""
+    ensure_runtime()
+    index = current_device()
+    rt.set_device(index)
+    return index
 
 
 def _host_cards(store) -> None:

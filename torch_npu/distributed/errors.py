@@ -8,9 +8,9 @@ import traceback
 
 import torch.distributed as dist
 
-from rt.errors import HcclError, NpuError
-
+from hccl.errors import HcclError
 from hccl.types import HcclResult
+from rt.errors import NpuError
 
 
 def backend_error(work, exc: BaseException) -> BaseException:

@@ -39,8 +39,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         self.timeout = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
         self.group_tag = f"hccl-{next(_tags)}"
         bootstrap.ensure_runtime(store, rank, size, self.timeout)
-        from ..npu import _bind
-        self.device = _bind()
+        self.device = bootstrap.bind()
         self.ctx = rt.get_context()
         if rank == 0:
             store.set(ROOT_KEY, hccl.get_root_info().to_bytes())

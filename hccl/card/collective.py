@@ -1,0 +1,221 @@
+"""A collective on a card: the stream task that runs one rank's part of it over peer card memory.
+
+The task (1) publishes its fingerprint and buffers in the communicator's control block
+(``hccl/protocol/ctrlblock.py``), (2) waits for every rank to arrive — checking fingerprints, peer
+liveness and ``HCCL_EXEC_TIMEOUT`` — and (3) runs this rank's part of the schedule (``hccl/algos``)
+step by step, pulling from peer card memory with a barrier between steps. all_to_all_v has no
+schedule: its counts are exchanged through the control block and each rank pulls its blocks directly
+(one step). Small collectives take the staged path instead (``hccl/protocol/staged.py``: one barrier);
+across nodes the transport's hub carries the arrival and what cannot go through shared memory.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from rt.card.queues import annotate, current_note
+
+from ..errors import HcclError
+from ..protocol.ctrlblock import ARRIVED, BUF0, CARD, DONE, V_RCOUNT, V_SCOUNT, V_SDISPL
+from ..protocol.staged import combine_stages, fits_stage, stage_agrees, stage_in, stage_out, stage_source
+from ..types import HcclResult, apply_reduce, hccl_np_dtype
+from .endpoint import Endpoint
+
+
+def run(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
+    """Run collective ``op`` #seq on endpoint ``ep``; ``views`` are its rank's buffers as (seg, off, nbytes)."""
+    what = f"{op} #{seq} on comm '{ep.comm_id}' (rank {ep.rank})"
+    ctrl, me = ep.ctrl, ep.ctrl.slots[ep.rank]
+    dtype = hccl_np_dtype(p["dtype"])
+    if fits_stage(op, p, ep.n, across_nodes=ep.hub is not None):
+        annotate(comm=ep.comm_id, seq=seq, op=op, algo="staged")
+        if ep.hub is None:
+            return _staged(ep, seq, op, p, views)
+        return _hub_staged(ep, seq, op, p, views, what)
+    sched = None
+    if op != "all_to_all_v":
+        sched = ep.service.schedule(op, ep.n, p, ep.nodes)
+        annotate(comm=ep.comm_id, seq=seq, op=op, algo=sched.algo, steps=[])
+        if sched.tmp_count:
+            views = dict(views, tmp=ep.scratch(sched.tmp_count * dtype.itemsize))
+    fp = p["fingerprint"]
+    ctrl.set_fingerprint(ep.rank, seq, fp)
+    for i, name in enumerate(("send", "recv", "tmp")):
+        seg = views.get(name)
+        me[BUF0 + 3 * i: BUF0 + 3 * i + 3] = seg if seg is not None else (-1, 0, 0)
+    if op == "all_to_all_v":
+        for peer in range(ep.n):
+            ctrl.pairs[ep.rank, peer, V_SCOUNT] = p["send_counts"][peer]
+            ctrl.pairs[ep.rank, peer, V_SDISPL] = p["sdispls"][peer]
+            ctrl.pairs[peer, ep.rank, V_RCOUNT] = p["recv_counts"][peer]
+    me[ARRIVED] = seq
+    if ep.hub is not None:
+        # every rank (all nodes) has called collective seq: what each one called
+        fps = ep.hub.arrive(ep.rank, seq, fp, int(me[DONE]), what, ep.exec_timeout)
+    else:
+        ep.barrier(what, seq)                # everyone has published seq
+        fps = [ctrl.fingerprint(r, seq) for r in range(ep.n)]
+    problem = None
+    if len(set(fps)) > 1:
+        problem = f"ranks called different collectives: {_group(fps)}"
+    elif op == "all_to_all_v" and ep.hub is not None:     # every rank is here: all refuse alike
+        me[DONE] = seq
+        raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT, f"{what}: all_to_all_v across nodes is not supported")
+    elif op == "all_to_all_v":
+        bad = [(i, j, int(ctrl.pairs[i, j, V_SCOUNT]), int(ctrl.pairs[i, j, V_RCOUNT]))
+               for i in range(ep.n) for j in range(ep.n)
+               if ctrl.pairs[i, j, V_SCOUNT] != ctrl.pairs[i, j, V_RCOUNT]]
+        if bad:
+            problem = "send and recv counts disagree: " + "; ".join(
+                f"rank {i} sends {a} elements to rank {j}, which expects {b}" for i, j, a, b in bad[:8])
+    if problem:
+        if ep.hub is None:                   # nobody overwrites its slot before all have read it
+            ep.barrier(what, seq)            # (across nodes the hub holds the fingerprints: no barrier,
+        me[DONE] = seq                       # as in _hub_staged, whichever path each rank took)
+        raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{ep.comm_id}': {problem}")
+    here = ep.members[ep.rank][0]
+    arrays = {r: _rank_arrays(ep, r, dtype) if ep.members[r][0] == here or r == ep.rank else None
+              for r in range(ep.n)}
+    for r in range(ep.n):                     # remote ranks: only their own sends are read, via Ray
+        if arrays[r] is None:
+            arrays[r] = _RemoteArrays()
+    if sched is None:
+        _all_to_all_v(ep, arrays, p)
+        ep.barrier(what, seq)
+    else:
+        rop = p.get("op", 0)
+        step_ends = current_note().get("steps", [])
+        for si, full_step in enumerate(sched.steps):
+            fetched = _remote_step(ep, si, seq, full_step, arrays, what) if ep.hub is not None else {}
+            for i, t in enumerate(full_step):
+                if t.dst != ep.rank:
+                    continue
+                if t.count:
+                    src = fetched[i] if i in fetched else \
+                        arrays[t.src][t.src_buf][t.src_off: t.src_off + t.count]
+                    dst = arrays[t.dst][t.dst_buf][t.dst_off: t.dst_off + t.count]
+                    if t.reduce:
+                        apply_reduce(rop, dst, src)
+                    elif dst.ctypes.data != src.ctypes.data:      # in-place calls: a region onto itself
+                        np.copyto(dst, src)
+            ep.barrier(what, seq)
+            step_ends.append(time.monotonic_ns())
+        if not sched.steps:
+            ep.barrier(what, seq)
+    me[DONE] = seq
+
+
+def staged_finish(ep: Endpoint, seq: int, op: str, p: dict, views: dict, target: int) -> None:
+    """Wait for every rank to have staged ``seq`` (barrier phase ``target``), check the calls agree,
+    compute this rank's result. Also runs collectives the host process started and handed over."""
+    what = f"{op} #{seq} on comm '{ep.comm_id}' (rank {ep.rank})"
+    if "algo" not in current_note():
+        annotate(comm=ep.comm_id, seq=seq, op=op, algo="staged (host handover)")
+    ep.wait_phase(what, seq, target)
+    ctrl, me, n = ep.ctrl, ep.ctrl.slots[ep.rank], ep.n
+    if not stage_agrees(ctrl, seq):
+        fps = [ctrl.fingerprint(k, seq) for k in range(n)]
+        ep.barrier(what, seq)
+        me[DONE] = seq
+        raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{ep.comm_id}': ranks called "
+                                                f"different collectives: {_group(fps)}")
+    recv = views.get("recv")
+    stage_out(ctrl, ep.rank, seq, op, p, ep.view(recv) if recv is not None and recv[2] else None)
+    me[DONE] = seq
+
+
+def _staged(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
+    """Small collectives in one barrier: every rank copies its input into its staging area (double-
+    buffered by sequence parity), waits once, then computes its own result from all the stages.
+
+    A rank writes stage ``seq % 2`` again only at ``seq + 2``, after the barrier of ``seq + 1``, which
+    nobody passes before every rank has finished reading ``seq``: no second barrier is needed.
+    """
+    source = stage_source(op, p, ep.rank)
+    view = views.get(source) if source else None
+    data = ep.view(view) if view is not None and view[2] else None
+    target = stage_in(ep.ctrl, ep.rank, seq, p["fingerprint"], data)
+    staged_finish(ep, seq, op, p, views, target)
+
+
+def _hub_staged(ep: Endpoint, seq: int, op: str, p: dict, views: dict, what: str) -> None:
+    """A small collective across nodes in one hub call: every rank sends its input along with its
+    arrival and gets every rank's back, then computes its own result (as ``_staged`` does)."""
+    source = stage_source(op, p, ep.rank)
+    view = views.get(source) if source else None
+    data = ep.view(view).tobytes() if view is not None and view[2] else b""
+    me = ep.ctrl.slots[ep.rank]
+    me[ARRIVED] = seq
+    fps, inputs = ep.hub.exchange(ep.rank, seq, p["fingerprint"], int(me[DONE]), data, what, ep.exec_timeout)
+    me[DONE] = seq
+    if len(set(fps)) > 1:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{ep.comm_id}': ranks called "
+                                                f"different collectives: {_group(fps)}")
+    recv = views.get("recv")
+    combine_stages(lambda k: np.frombuffer(inputs[k], np.uint8), ep.n, ep.rank, op, p,
+                   ep.view(recv) if recv is not None and recv[2] else None)
+
+
+def _remote_step(ep: Endpoint, step_index: int, seq: int, step, arrays, what: str) -> dict:
+    """Inter-node transfers of one step: leave what remote ranks pull from us, fetch what we pull."""
+    node_of = [m[0] for m in ep.members]
+    here = node_of[ep.rank]
+    for i, t in enumerate(step):
+        if t.src == ep.rank and node_of[t.dst] != here and t.count:
+            ep.hub.send((seq, step_index, i), arrays[t.src][t.src_buf][t.src_off: t.src_off + t.count])
+    fetched = {}
+    for i, t in enumerate(step):
+        if t.dst == ep.rank and node_of[t.src] != here and t.count:
+            fetched[i] = ep.hub.recv((seq, step_index, i), what, seq, ep.exec_timeout)
+    return fetched
+
+
+def _all_to_all_v(ep: Endpoint, arrays, p) -> None:
+    """This rank's part of all_to_all_v: from every rank, the block it sends here (count and offset as that
+    rank published them) into this rank's recv at its own rdispls."""
+    recv, pairs = arrays[ep.rank]["recv"], ep.ctrl.pairs
+    for src in range(ep.n):
+        count = int(pairs[src, ep.rank, V_SCOUNT])
+        if count:
+            off = int(pairs[src, ep.rank, V_SDISPL])
+            rd = p["rdispls"][src]
+            np.copyto(recv[rd: rd + count], arrays[src]["send"][off: off + count])
+
+
+def _rank_arrays(ep: Endpoint, r: int, dtype) -> dict:
+    """Rank ``r``'s send/recv/tmp buffers as it published them, typed views of its card's memory."""
+    slot = ep.ctrl.slots[r]
+    out = {}
+    card = int(slot[CARD])
+    for i, name in enumerate(("send", "recv", "tmp")):
+        seg, off, nbytes = (int(x) for x in slot[BUF0 + 3 * i: BUF0 + 3 * i + 3])
+        if seg < 0:
+            out[name] = np.empty(0, dtype)
+            continue
+        base = ep.service.segment_array(card, seg)
+        out[name] = base[off: off + nbytes].view(dtype)
+    return out
+
+
+class _RemoteArrays(dict):
+    """Placeholder for a rank on another node: its buffers are never mapped here."""
+
+    def __missing__(self, key):
+        raise HcclError(HcclResult.HCCL_E_INTERNAL, "a schedule read another node's buffer outside a Ray transfer")
+
+
+def _group(fps: list[str]) -> str:
+    """'ranks 0-2 called X; rank 3 called Y'."""
+    by: dict[str, list[int]] = {}
+    for r, fp in enumerate(fps):
+        by.setdefault(fp, []).append(r)
+    parts = []
+    for fp, ranks in by.items():
+        if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+            who = f"ranks {ranks[0]}-{ranks[-1]}"
+        else:
+            who = ("ranks " if len(ranks) > 1 else "rank ") + ",".join(map(str, ranks))
+        parts.append(f"{who} called {fp}")
+    return "; ".join(parts)

@@ -1,0 +1,60 @@
+"""What a rank holds of a communicator, as the pointer-level API (``hccl/api.py``) uses it: identity, card,
+call numbering and the host path, and the check every call makes. ``hccl.Communicator`` (``hccl/comm.py``)
+is this plus the ``rt.Tensor`` methods."""
+
+from __future__ import annotations
+
+import threading
+
+from rt import args
+
+from . import hostpath
+from .errors import HcclError
+from .types import HcclResult
+
+
+class CommHandle:
+    """One rank's handle on a communicator, bound to one card (the device current at init)."""
+
+    def __init__(self, ctx, comm_id: str, rank: int, size: int, members: list, options: dict):
+        self.ctx = ctx
+        self.id = comm_id
+        self.rank = rank
+        self.size = size
+        self.members = members
+        self.options = options
+        self.seq = 0
+        self.destroyed = False
+        self.lock = threading.Lock()
+        self._host = False             # HostPath once built (None: this communicator has none)
+        hostpath.joined(comm_id)
+
+    def host_path(self):
+        """Where this rank runs small collectives itself when its stream is idle (``hccl/hostpath.py``)."""
+        if self._host is False:
+            self._host = hostpath.HostPath.build(self)
+        return self._host
+
+    @property
+    def world_size(self) -> int:
+        return self.size
+
+    @property
+    def device(self) -> int:
+        return self.ctx.device
+
+    def next_seq(self) -> int:
+        with self.lock:
+            self.seq += 1
+            return self.seq
+
+    def __repr__(self):
+        return f"Communicator({self.id!r}, rank {self.rank}/{self.size} on {self.ctx.name})"
+
+
+def _check_comm(comm, call) -> CommHandle:
+    if not isinstance(comm, CommHandle):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: {args.shown(comm)} is not a communicator")
+    if comm.destroyed or comm.ctx.destroyed:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: communicator '{comm.id}' was destroyed")
+    return comm

@@ -1,0 +1,225 @@
+"""The Ray side of the launcher: the Ray session, node placement, node agents and each attempt's cards.
+
+The session is reused when the caller already has one (e.g. a session-scoped test fixture calling
+``spawn``), joined with ``--address``, or else embedded (started here on 127.0.0.1 and stopped at the
+end). Node n of the job is a Ray node offering at least ``nproc`` ``NPU``; node 0 is the launcher's
+own node when it has cards. A ``NodeAgent`` runs the ranks of each node: on the launcher's own node
+it runs inside this process (no Ray worker to boot first, so the ranks start as soon as the cards
+are requested); on every other node it is a Ray actor pinned there with
+NodeAffinitySchedulingStrategy. The card actors are created per attempt (a restart gets fresh
+cards) through ``rt/ray/session.py``. Ray is imported only when this backend is used.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+from rt.constants import AclErrorCode
+from rt.errors import AclError
+
+from ..agent import NodeAgent
+
+AGENT_START_TIMEOUT = 60.0
+AGENT_POLL = 0.5   # seconds an agent's long poll may block
+DRIVER_WAIT = 0.2  # seconds the job loop waits per poll, so signals and deadlines are noticed quickly
+
+
+def place_nodes(nodes: list[dict], nnodes: int, nproc: int, local_node_id: str | None, where: str) -> list[dict]:
+    """Pick nnodes Ray nodes with >= nproc NPU, the launcher's own node first; refuse clearly if too few."""
+    eligible = [n for n in nodes if n["npus"] >= nproc]
+    eligible.sort(key=lambda n: (n["node_id"] != local_node_id, n["ip"], n["node_id"]))
+    if len(eligible) >= nnodes:
+        return eligible[:nnodes]
+    seen = ", ".join(f"{n['ip']} (node {n['node_id'][:8]}): NPU={n['npus']}" for n in nodes) or "none"
+    raise AclError(
+        AclErrorCode.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+        f"launch: --nnodes {nnodes} --nproc {nproc} needs {nnodes} Ray node(s) offering at least {nproc} NPU "
+        f"each, but the Ray cluster at {where} has {len(eligible)} such node(s) (nodes with NPU: {seen}). "
+        f"Add nodes with `ray start --address=<head> --resources='{{\"NPU\": {nproc}}}'`, or lower --nnodes/--nproc")
+
+
+class RayBackend:
+    """Node agents and real card actors; same interface as ``local_backend.LocalBackend``."""
+
+    def __init__(self, rc):
+        if rc.nnodes > 1 and not rc.address and not ray_initialized():
+            raise AclError(
+                AclErrorCode.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
+                f"launch: --nnodes {rc.nnodes}: the embedded local Ray session is a single node; start a Ray "
+                f"cluster whose nodes offer NPU (`ray start --head --resources='{{\"NPU\": {rc.nproc}}}'` and "
+                f"`ray start --address=<head> ...` on the others) and pass --address")
+        from rt.ray import pool, session  # first: it sets what Ray reads at import
+        import ray
+
+        self._ray, self._session, self._pool, self._rc = ray, session, pool, rc
+        self.agents: list = []    # per node: a NodeAgent here (the launcher's node) or a Ray actor handle
+        self._local: set = set()  # indices of the nodes whose agent runs in this process
+        self._news = threading.Event()  # set by the in-process agents when they have news for poll()
+        self._cards: list = []
+        self._pending: dict = {}  # remote agent index -> outstanding poll ref
+        self._connected_here = self._started_here = False
+        self._agents_ready: list = []
+        if ray.is_initialized():
+            where = "the caller's Ray session"
+        elif rc.address:
+            session.connect_ray(rc.address)  # AclError naming the address if unreachable
+            self._connected_here, where = True, rc.address
+        else:
+            session.start_local_ray(rc.hw)
+            self._started_here, where = True, "the embedded local session"
+        # Warm cards only pay off in a session that outlives this job: the caller's (a test fixture, a notebook).
+        self._warm = not (self._started_here or self._connected_here)
+        try:
+            context = ray.get_runtime_context()
+            self.nodes = place_nodes(session.nodes_with_npus(), rc.nnodes, rc.nproc, context.get_node_id(), where)
+            self.hosts = [n["ip"] for n in self.nodes]
+            self.job_env = {"NPUSIM_RAY_ADDRESS": context.gcs_address, **self._session.auth_env()}
+            self._create_agents(context.get_node_id())
+        except BaseException:
+            self.close()
+            raise
+
+    def _create_agents(self, local_node_id: str) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        agent_cls = self._ray.remote(NodeAgent)
+        for index, node in enumerate(self.nodes):
+            if node["node_id"] == local_node_id:
+                # Our own node: an agent actor would be one more Ray worker to boot (~0.5 s CPU on a
+                # 2-core laptop, competing with the cards) before the first rank could start.
+                self.agents.append(NodeAgent(index, notify=self._news.set))
+                self._local.add(index)
+                continue
+            strategy = NodeAffinitySchedulingStrategy(node_id=node["node_id"], soft=False)
+            self.agents.append(agent_cls.options(
+                num_cpus=0, max_concurrency=8, max_restarts=0, scheduling_strategy=strategy,
+                namespace=self._session.NAMESPACE).remote(index))
+        # Remote agents boot while the first attempt's cards are created; start() waits for them.
+        self._agents_ready = [self.agents[i].ping.remote() for i in self._remote()]
+
+    def _remote(self) -> list[int]:
+        """Indices of the nodes whose agent is a Ray actor."""
+        return [i for i in range(len(self.agents)) if i not in self._local]
+
+    def _call(self, method: str, *args) -> list:
+        """Call method on every agent (Ray ones concurrently, in-process ones directly); results in node order."""
+        refs = {i: getattr(self.agents[i], method).remote(*args) for i in self._remote()}
+        local = {i: getattr(self.agents[i], method)(*args) for i in sorted(self._local)}
+        remote = dict(zip(refs, self._ray.get(list(refs.values())))) if refs else {}
+        return [local[i] if i in local else remote[i] for i in range(len(self.agents))]
+
+    def _wait_agents(self) -> None:
+        refs, self._agents_ready = self._agents_ready, []
+        if not refs:
+            return
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=AGENT_START_TIMEOUT)
+        if len(ready) < len(refs):
+            late = [self.hosts[i] for i, r in zip(self._remote(), refs) if r not in ready]
+            raise AclError(AclErrorCode.ACL_ERROR_RT_DEV_SETUP_ERROR,
+                           f"launch: node agents on {late} did not start within {AGENT_START_TIMEOUT:.0f} s")
+        self._ray.get(refs)
+
+    def new_job_id(self) -> str:
+        return self._session.new_job_id()
+
+    def prepare(self, card_job: str) -> list[dict]:
+        """Create the card actors of the attempt named ``card_job`` on every node; returns each node's extra rank
+        environment."""
+        # Cards of every node boot at once and while the ranks start (a rank's rt waits for its card's
+        # socket); start() then waits for all of them, so a card that fails still stops the job. In a Ray
+        # session that outlives the job the cards are warm ones (rt/ray/pool.py), reset after each job.
+        if not self._warm:
+            fresh = [self._session.create_cards(card_job, index, node["node_id"], self._rc.hw,
+                                                indices=self._rc.devices, wait=False)
+                     for index, node in enumerate(self.nodes)]
+        else:
+            fresh = [self._pool.acquire(card_job, index, node["node_id"], self._rc.hw, count=node["npus"], wait=False)
+                     for index, node in enumerate(self.nodes)]
+        self._cards.extend(fresh)
+        return [{**self.job_env, "NPUSIM_JOB": card_job, "NPUSIM_CARD_DIR": c.socket_dir} for c in fresh]
+
+    def start(self, specs_per_node: list, attempt: int) -> None:
+        for index in sorted(self._local):   # at once: these ranks wait for their cards themselves
+            self.agents[index].start(specs_per_node[index], attempt)
+        self._wait_agents()
+        refs = [self.agents[i].start.remote(specs_per_node[i], attempt) for i in self._remote()]
+        for cards in self._cards:
+            self._session.wait_cards(cards)
+        self._ray.get(refs)
+
+    def poll(self, timeout: float) -> list[dict]:
+        """News from any node agent; keeps one long poll outstanding per remote agent."""
+        wait = min(timeout, DRIVER_WAIT)
+        self._news.clear()
+        results = self._poll_local()
+        if not self._remote():
+            if not results and self._news.wait(wait):
+                results = self._poll_local()
+            return results
+        ray = self._ray
+        for index in self._remote():
+            if index not in self._pending:
+                self._pending[index] = self.agents[index].poll.remote(AGENT_POLL)
+        refs = list(self._pending.values())
+        ready, _ = ray.wait(refs, num_returns=1, timeout=0 if results else wait)
+        if ready:
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        for index, ref in list(self._pending.items()):
+            if ref not in ready:
+                continue
+            del self._pending[index]
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.RayError as e:
+                raise AclError(AclErrorCode.ACL_ERROR_RT_FAILURE,
+                               f"launch: the node agent of node {index} ({self.hosts[index]}) died: {e}") from None
+            if result["lines"] or result["exits"]:
+                results.append(result)
+        return results
+
+    def _poll_local(self) -> list[dict]:
+        return [r for r in (self.agents[i].poll(0) for i in sorted(self._local)) if r["lines"] or r["exits"]]
+
+    def stop(self, grace: float) -> None:
+        """SIGTERM every rank on every node, SIGKILL after grace seconds, wait for all to exit."""
+        self._call("terminate")
+        self._call("wait_all", grace)
+        self._call("kill")
+        done = self._call("wait_all", 30.0)
+        if not all(done):
+            raise AclError(AclErrorCode.ACL_ERROR_RT_FAILURE, "launch: ranks survived SIGKILL for 30 s")
+
+    def release(self) -> None:
+        """Destroy this attempt's card actors and their socket directories."""
+        cards, self._cards = self._cards, []
+        for c in cards:
+            if not self._warm:
+                self._session.destroy_cards(c)
+            else:
+                self._pool.release(c)             # reset and kept warm for the next job of this session
+
+    def close(self) -> None:
+        """Kill the node agents (their ranks die with them) and leave Ray as we found it."""
+        ray = self._ray
+        try:
+            self.release()
+            remote = [self.agents[i] for i in self._remote()]
+            if remote:
+                ray.wait([a.shutdown.remote() for a in remote], num_returns=len(remote), timeout=30)
+            for index in sorted(self._local):
+                self.agents[index].shutdown()
+            for a in remote:
+                ray.kill(a, no_restart=True)
+        finally:
+            self.agents, self._pending, self._local = [], {}, set()
+            if self._connected_here:
+                ray.shutdown()  # leaves the cluster running
+            elif self._started_here:
+                self._session.stop_ray()
+            # else: the caller's session (e.g. a test fixture) stays up for its next use
+
+
+def ray_initialized() -> bool:
+    """Whether this process already has a Ray session, without importing Ray if it was never imported."""
+    ray = sys.modules.get("ray")
+    return bool(ray and ray.is_initialized())
