@@ -11,7 +11,10 @@ Everything after the script (or module) name goes to the script untouched.
 Options (torchrun's names; the underscored spellings such as ``--nproc_per_node`` work too):
 
   --nproc N, --nproc-per-node N   ranks per node (default: the config's cards per node; ``auto`` = same)
-  --nnodes N                      number of nodes (default 1); rank r runs on node r // nproc, card r % nproc
+  --nnodes N                      number of nodes (default 1); rank r runs on node r // nproc, card r % nproc.
+                                  On a Ray cluster each node is a Ray node offering NPU; on the embedded
+                                  session the N nodes are simulated on this machine (own cards, rank-table
+                                  server and node index each; collectives between them take the cross-node path)
   --address HOST:PORT             join this Ray cluster (default: $RAY_ADDRESS, else an embedded local
                                   session on 127.0.0.1 that launch starts and stops)
   --config NAME|FILE              simulated hardware, e.g. ``default``, ``small``, ``configs/ascend910b.toml``

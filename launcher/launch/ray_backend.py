@@ -39,16 +39,21 @@ def place_nodes(nodes: list[dict], nnodes: int, nproc: int, local_node_id: str |
         f"Add nodes with `ray start --address=<head> --resources='{{\"NPU\": {nproc}}}'`, or lower --nnodes/--nproc")
 
 
+def simulate_nodes(node: dict, nnodes: int) -> list[dict]:
+    """``nnodes`` simulated servers on one Ray node (the embedded session): each its own node index, card set,
+    sockets and rank-table server, the same machine underneath; the node's NPUs split evenly among them."""
+    return [dict(node, npus=node["npus"] // nnodes) for _ in range(nnodes)]
+
+
 class RayBackend:
-    """Node agents and real card actors; same interface as ``local_backend.LocalBackend``."""
+    """Node agents and real card actors; same interface as ``local_backend.LocalBackend``.
+
+    ``--nnodes K`` places the K nodes on K Ray nodes of a cluster (``--address``, or the caller's session); on
+    the embedded session it simulates them on this machine (:func:`simulate_nodes`): every node agent runs in
+    this process, each node gets its own cards, and a communicator that spans them uses the cross-node
+    algorithms and transport exactly as on a cluster."""
 
     def __init__(self, rc):
-        if rc.nnodes > 1 and not rc.address and not ray_initialized():
-            raise AclError(
-                AclErrorCode.ACL_ERROR_RT_RESOURCE_ALLOC_FAIL,
-                f"launch: --nnodes {rc.nnodes}: the embedded local Ray session is a single node; start a Ray "
-                f"cluster whose nodes offer NPU (`ray start --head --resources='{{\"NPU\": {rc.nproc}}}'` and "
-                f"`ray start --address=<head> ...` on the others) and pass --address")
         from rt.ray import pool, session  # first: it sets what Ray reads at import
         import ray
 
@@ -66,13 +71,17 @@ class RayBackend:
             session.connect_ray(rc.address)  # AclError naming the address if unreachable
             self._connected_here, where = True, rc.address
         else:
-            session.start_local_ray(rc.hw)
+            session.start_local_ray(rc.hw, nodes=rc.nnodes)
             self._started_here, where = True, "the embedded local session"
         # Warm cards only pay off in a session that outlives this job: the caller's (a test fixture, a notebook).
         self._warm = not (self._started_here or self._connected_here)
         try:
             context = ray.get_runtime_context()
-            self.nodes = place_nodes(session.nodes_with_npus(), rc.nnodes, rc.nproc, context.get_node_id(), where)
+            nodes = session.nodes_with_npus()
+            if self._started_here and rc.nnodes > 1:
+                self.nodes = simulate_nodes(nodes[0], rc.nnodes)
+            else:
+                self.nodes = place_nodes(nodes, rc.nnodes, rc.nproc, context.get_node_id(), where)
             self.hosts = [n["ip"] for n in self.nodes]
             self.job_env = {"NPUSIM_RAY_ADDRESS": context.gcs_address, **self._session.auth_env()}
             self._create_agents(context.get_node_id())

@@ -71,8 +71,9 @@ RAY_TEMP_MAX = 43        # Ray's socket paths (<temp>/session_<date>_<pid>/socke
 _session_tag: str | None = None
 
 
-def start_local_ray(cfg: Config) -> None:
-    """Start an embedded Ray session on 127.0.0.1 declaring ``cfg.cards_per_node`` NPUs.
+def start_local_ray(cfg: Config, nodes: int = 1) -> None:
+    """Start an embedded Ray session on 127.0.0.1 declaring ``cfg.cards_per_node`` NPUs for each of ``nodes``
+    simulated servers (``launch --nnodes K`` on one machine: K nodes' cards on this one Ray node).
 
     Everything of it lives in a directory of ours (Ray's temp dir) and its processes carry a reaper tag, so a
     reaper removes both if this process dies without shutting Ray down (``rt/reaper.py``).
@@ -96,7 +97,7 @@ def start_local_ray(cfg: Config) -> None:
         ray.init(
             address="local",                 # never attach to some other cluster running on this machine
             num_cpus=cfg.num_cpus,
-            resources={"NPU": cfg.cards_per_node},
+            resources={"NPU": cfg.cards_per_node * nodes},
             object_store_memory=cfg.object_store_bytes,
             include_dashboard=False,
             namespace=NAMESPACE,

@@ -1,0 +1,70 @@
+"""`launch --nnodes K` on the embedded session: K simulated servers on this machine (issue #25 item 1) — each its
+own node index, cards, sockets and rank-table server; every collective across them takes the cross-node path
+(hierarchical schedules, the hub), checked against numpy inside the ranks by the script the two-Ray-node test
+runs (tests/test_two_nodes.py runs the same on a real two-raylet cluster)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "tests" / "scripts" / "collectives_check.py"
+COLLECTIVES = [f"{name} {tag}" for tag in ("small", "large")
+               for name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "scatter",
+                            "all_to_all", "barrier")] + ["dtype-op sweep", "mismatch"]
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def launch(*argv, timeout=230, **env):
+    clean = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NPUSIM_BACKEND", "NPUSIM_CARD_DIR",
+                                                                "ASCEND_RT_VISIBLE_DEVICES")}
+    return subprocess.run([sys.executable, "-m", "launcher", *map(str, argv)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=dict(clean, **env))
+
+
+def test_two_simulated_nodes_run_every_collective_across_nodes():
+    proc = launch("--nnodes", 2, "--nproc", 4, "--timeout", 200, SCRIPT, HCCL_EXEC_TIMEOUT="60")
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    placed = {int(m[1]): (int(m[2]), int(m[3]), int(m[4]))
+              for m in re.finditer(r"rank (\d+) node (\d+) card (\d+) algo_nodes (\d+)", out)}
+    assert sorted(placed) == list(range(8))
+    for rank, (node, card, nodes) in placed.items():
+        assert (node, card) == (rank // 4, rank % 4), (rank, node, card)
+        assert nodes == 2                     # the communicator spans both nodes: hierarchical schedules
+    for rank in range(8):
+        for name in COLLECTIVES:
+            assert f"rank {rank} OK {name}" in out, (rank, name, out[-2000:])
+
+
+def test_each_simulated_node_is_a_server_of_the_rank_table_with_its_own_cards():
+    with tempfile.TemporaryDirectory() as d:
+        prog = Path(d) / "where.py"
+        prog.write_text(textwrap.dedent("""
+            import json, os, rt
+            rt.init()
+            rt.set_device(int(os.environ["DEVICE_ID"]))
+            with open(os.environ["RANK_TABLE_FILE"]) as f:
+                table = json.load(f)
+            print("WHERE", json.dumps({"rank": int(os.environ["RANK"]), "node": int(os.environ["NPUSIM_NODE"]),
+                                       "group_rank": int(os.environ["GROUP_RANK"]),
+                                       "card_dir": os.environ["NPUSIM_CARD_DIR"],
+                                       "servers": [s["server_id"] for s in table["server_list"]],
+                                       "server_count": table["server_count"]}), flush=True)
+        """))
+        proc = launch("--nnodes", 3, "--nproc", 2, prog, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    seen = [json.loads(line.split("WHERE ", 1)[1]) for line in proc.stdout.splitlines() if "WHERE " in line]
+    assert sorted(s["rank"] for s in seen) == list(range(6))
+    for s in seen:
+        assert s["node"] == s["group_rank"] == s["rank"] // 2
+        assert int(s["server_count"]) == 3 and len(set(s["servers"])) == 3      # three servers, three names
+    assert "launch: error" not in proc.stderr
