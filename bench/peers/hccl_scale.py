@@ -1,0 +1,70 @@
+"""Rank body of ``bench/scale.py``: under ``launch --nnodes K --nproc N``, rank 0 prints
+
+    FIRST_COLLECTIVE <unix time>       once its first 1 KiB fp32 all_reduce has completed
+    SCALE_RESULT {json}                the 1 KiB all_reduce time (median over ranks' medians is not known to
+                                       one rank: rank 0's median and the max over ranks, gathered), and with
+                                       --big the result of one 64 MiB all_reduce checked against its formula
+
+Every rank's input is a pattern of small integers, so the SUM is exact and a wrong element is a real error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+import hccl
+import rt
+
+
+def pattern(count: int, rank: int) -> np.ndarray:
+    return ((np.arange(count, dtype=np.int64) * 7 + 31 * rank) % 101 + 1).astype(np.float32)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--big", type=int, default=0, help="bytes of one checked all_reduce (0: none)")
+    ns = p.parse_args()
+    comm = hccl.init()
+    r, n = comm.rank, comm.size
+    t = rt.Tensor.from_numpy(np.ones(256, np.float32))
+    comm.all_reduce(t)
+    rt.synchronize_device()
+    if r == 0:
+        print(f"FIRST_COLLECTIVE {time.time():.6f}", flush=True)
+    assert float(t.numpy()[0]) == n, (t.numpy()[0], n)
+    times = []
+    for i in range(ns.iters + 5):
+        t0 = time.perf_counter()
+        comm.all_reduce(t)
+        rt.synchronize_device()
+        if i >= 5:
+            times.append(time.perf_counter() - t0)
+    mine = statistics.median(times)
+    every = rt.Tensor.from_numpy(np.full(1, mine, np.float64))
+    comm.all_reduce(every, op="max")
+    result = {"world": n, "nodes": len({m[0] for m in comm.members}), "allreduce_1k_us": mine * 1e6,
+              "allreduce_1k_us_max_rank": float(every.numpy()[0]) * 1e6}
+    if ns.big:
+        count = ns.big // 4
+        big = rt.Tensor.from_numpy(pattern(count, r))
+        t0 = time.perf_counter()
+        comm.all_reduce(big)
+        rt.synchronize_device()
+        result["big_bytes"], result["big_s"] = ns.big, time.perf_counter() - t0
+        want = sum(pattern(count, k).astype(np.float64) for k in range(n))
+        wrong = np.array([int(np.count_nonzero(big.numpy() != want))], np.int64)
+        total = rt.Tensor.from_numpy(wrong)
+        comm.all_reduce(total)
+        result["big_wrong"] = int(total.numpy()[0])
+    if r == 0:
+        print("SCALE_RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
