@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 from rt.constants import AclErrorCode
 from rt.errors import AclError
@@ -37,6 +38,11 @@ def place_nodes(nodes: list[dict], nnodes: int, nproc: int, local_node_id: str |
         f"launch: --nnodes {nnodes} --nproc {nproc} needs {nnodes} Ray node(s) offering at least {nproc} NPU "
         f"each, but the Ray cluster at {where} has {len(eligible)} such node(s) (nodes with NPU: {seen}). "
         f"Add nodes with `ray start --address=<head> --resources='{{\"NPU\": {nproc}}}'`, or lower --nnodes/--nproc")
+
+
+CARD_BOOT_WAIT = 60.0      # s for the cards of an attempt to serve, plus CARD_BOOT_EACH per card
+CARD_BOOT_EACH = 1.0       # (a card's boot is ~0.7 s of CPU; all of them share the machine's cores)
+PROGRESS_FROM = 16         # worlds with more cards report their boot as it goes
 
 
 def simulate_nodes(node: dict, nnodes: int) -> list[dict]:
@@ -152,9 +158,25 @@ class RayBackend:
             self.agents[index].start(specs_per_node[index], attempt)
         self._wait_agents()
         refs = [self.agents[i].start.remote(specs_per_node[i], attempt) for i in self._remote()]
-        for cards in self._cards:
-            self._session.wait_cards(cards)
+        self._wait_cards()
         self._ray.get(refs)
+
+    def _wait_cards(self) -> None:
+        """Every card of the attempt serving; a large world's boot is reported as it goes ("cards booted n/N")
+        and given time in proportion to its size (the cards boot at once, sharing this machine's cores)."""
+        total = sum(len(c.pending) for c in self._cards)
+        deadline = time.monotonic() + CARD_BOOT_WAIT + CARD_BOOT_EACH * total
+        booted, started, said = [0], time.monotonic(), [0.0]
+
+        def progress(n: int) -> None:
+            booted[0] += n
+            now = time.monotonic()
+            if booted[0] == total or now - said[0] >= 2.0:
+                said[0] = now
+                print(f"npusim: cards booted {booted[0]}/{total} ({now - started:.0f} s)", file=sys.stderr, flush=True)
+        for cards in self._cards:
+            self._session.wait_cards(cards, timeout=max(0.0, deadline - time.monotonic()),
+                                     on_ready=progress if total > PROGRESS_FROM else None)
 
     def poll(self, timeout: float) -> list[dict]:
         """News from any node agent; keeps one long poll outstanding per remote agent."""

@@ -332,14 +332,19 @@ def write_owner(socket_dir: str, job: str) -> None:
             pass
 
 
-def wait_cards(cards: "CardSet", timeout: float = 60.0) -> None:
-    """Block until the card actors of ``cards`` serve their sockets; name the ones that did not."""
+def wait_cards(cards: "CardSet", timeout: float = 60.0, on_ready=None, every: float = 2.0) -> None:
+    """Block until the card actors of ``cards`` serve their sockets; name the ones that did not. ``on_ready(n)``:
+    told, at most every ``every`` seconds and at the end, how many more of them serve now."""
     ray = _ray()
     pending, cards.pending = dict(cards.pending), {}
     node = cards.node
     deadline = time.monotonic() + timeout
     while pending:
-        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=max(0.0, deadline - time.monotonic()))
+        left = max(0.0, deadline - time.monotonic())
+        ready, _ = ray.wait(list(pending), num_returns=len(pending),
+                            timeout=min(left, every) if on_ready is not None else left)
+        if on_ready is not None and ready:
+            on_ready(len(ready))
         for ref in ready:
             i = pending.pop(ref)
             try:
