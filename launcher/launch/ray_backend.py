@@ -12,10 +12,12 @@ cards) through ``rt/ray/session.py``. Ray is imported only when this backend is 
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 
+from rt import args
 from rt.constants import AclErrorCode
 from rt.errors import AclError
 
@@ -68,6 +70,19 @@ def check_world_fits(nnodes: int, nproc: int) -> None:
                    f"before the program allocates anything ({CARD_BYTES >> 20} MiB a card, {RANK_BYTES >> 20} MiB a rank, "
                    f"{WORLD_BASE_BYTES >> 20} MiB for Ray and launch), but only {mem.available / gib:.1f} GiB is "
                    f"available ({mem.describe()}); lower --nnodes or --nproc")
+
+
+HOST_CARDS_ABOVE = 16      # worlds with more cards boot each node's cards in one Ray worker (rt/ray/actor.py)
+
+
+def cards_per_host(world: int, nproc: int) -> int:
+    """How many of a node's cards share one Ray worker: one each up to HOST_CARDS_ABOVE cards in the world (a
+    card that dies takes only itself), all of a node's above (a Ray worker boots in ~0.7 s of CPU and holds
+    ~60 MiB: 64 of them are ~45 s of boot on two cores). ``NPUSIM_CARDS_PER_HOST=k`` overrides."""
+    text = os.environ.get("NPUSIM_CARDS_PER_HOST", "").strip()
+    if text:
+        return args.integer(int(text) if text.isdigit() else text, "launch", "NPUSIM_CARDS_PER_HOST", lo=1, hi=64)
+    return nproc if world > HOST_CARDS_ABOVE else 1
 
 
 def simulate_nodes(node: dict, nnodes: int) -> list[dict]:
@@ -170,8 +185,9 @@ class RayBackend:
         # socket); start() then waits for all of them, so a card that fails still stops the job. In a Ray
         # session that outlives the job the cards are warm ones (rt/ray/pool.py), reset after each job.
         if not self._warm:
+            per_host = cards_per_host(self._rc.world_size, self._rc.nproc)
             fresh = [self._session.create_cards(card_job, index, node["node_id"], self._rc.hw,
-                                                indices=self._rc.devices, wait=False)
+                                                indices=self._rc.devices, wait=False, per_host=per_host)
                      for index, node in enumerate(self.nodes)]
         else:
             fresh = [self._pool.acquire(card_job, index, node["node_id"], self._rc.hw, count=node["npus"], wait=False)
@@ -190,7 +206,7 @@ class RayBackend:
     def _wait_cards(self) -> None:
         """Every card of the attempt serving; a large world's boot is reported as it goes ("cards booted n/N")
         and given time in proportion to its size (the cards boot at once, sharing this machine's cores)."""
-        total = sum(len(c.pending) for c in self._cards)
+        total = sum(len(group) for c in self._cards for group in c.pending.values())
         deadline = time.monotonic() + CARD_BOOT_WAIT + CARD_BOOT_EACH * total
         booted, started, said = [0], time.monotonic(), [0.0]
 

@@ -1,6 +1,12 @@
 """The Ray actor shells: ``CardActor`` around one ``Card`` (builds it, serves its Unix socket, links its
-peers), and ``JobBoard``, where the cards of one job meet (``rt/rendezvous.py`` as a job-wide actor, for the
-packages that extend the card)."""
+peers), ``CardHost`` around several (a large world's cards, booted in one Ray worker per node), and
+``JobBoard``, where the cards of one job meet (``rt/rendezvous.py`` as a job-wide actor, for the packages that
+extend the card).
+
+How cards map to processes: one card per Ray worker by default — a card that dies (a crash, ``kill_card``)
+takes only itself — and, for worlds too large for that (a Ray worker boots in ~0.7 s of CPU and holds ~60 MiB),
+one ``CardHost`` per simulated node holding all its cards: each card keeps its own memory, streams, socket
+and serving threads exactly as in its own process, but they share the host's process (and die together)."""
 
 from __future__ import annotations
 
@@ -31,18 +37,14 @@ def job_board(namespace: str):
 
 
 
-@ray.remote
-class CardActor:
-    """One card, serving its Unix socket. Between jobs a warm card is ``reset``: the card is rebuilt from
-    scratch (memory, streams, events, models, kernels, extensions' state, statistics), its addresses start
-    past every address the last job saw, and the socket is served again — only the actor process stays."""
+class ServedCard:
+    """One card serving its Unix socket inside whichever actor holds it."""
 
-    def __init__(self, node: int, index: int, cfg: dict, socket_dir: str, namespace: str, key: bytes):
+    def __init__(self, node: int, index: int, cfg, socket_dir: str, namespace: str, key: bytes):
         """``key``: the card set's key (``rt/wire/channel.py``), handed over Ray's authenticated channel; the
         card admits only connections presenting it, and presents it to its peers."""
-        from ..config import Config
         from ..wire.channel import socket_path
-        self.node, self.index, self.cfg, self.namespace = node, index, Config(**cfg), namespace
+        self.node, self.index, self.cfg, self.namespace = node, index, cfg, namespace
         self.socket_dir, self.key = socket_dir, bytes(key)
         self.path = socket_path(socket_dir, node, index)
         self.jobs = 0
@@ -65,8 +67,32 @@ class CardActor:
         # the set's owner made (and removes) the directory
         self.server = CardServer(self.card, self.path, make_dir=False, key=self.key)
 
+    def reset(self) -> int:
+        """Make the card as new for the next job: rebuilt from scratch (memory, streams, events, models,
+        kernels, extensions' state, statistics), addresses past every one the last job saw, the same socket."""
+        va = self.card.memory.next_va_start()
+        self.close()
+        self._build(va)
+        self.jobs += 1
+        return self.jobs
+
+    def close(self) -> None:
+        self.server.close()
+        self.card.peers.close()
+        self.card.close()
+
+
+@ray.remote
+class CardActor:
+    """One card, serving its Unix socket. Between jobs a warm card is ``reset`` (``ServedCard.reset``) — only
+    the actor process stays."""
+
+    def __init__(self, node: int, index: int, cfg: dict, socket_dir: str, namespace: str, key: bytes):
+        from ..config import Config
+        self.served = ServedCard(node, index, Config(**cfg), socket_dir, namespace, key)
+
     def address(self) -> str:
-        return self.path
+        return self.served.path
 
     def pid(self) -> int:
         return os.getpid()
@@ -75,17 +101,36 @@ class CardActor:
         return True
 
     def reset(self) -> int:
-        """Make the card as new for the next job (see the class docstring); returns how many jobs it served."""
-        va = self.card.memory.next_va_start()
-        self._close()
-        self._build(va)
-        self.jobs += 1
-        return self.jobs
-
-    def _close(self) -> None:
-        self.server.close()
-        self.card.peers.close()
-        self.card.close()
+        """Make the card as new for the next job; returns how many jobs it served."""
+        return self.served.reset()
 
     def shutdown(self) -> None:
-        self._close()
+        self.served.close()
+
+
+@ray.remote
+class CardHost:
+    """Several cards of one node in one Ray worker, booted in one step (see the module docstring)."""
+
+    def __init__(self, node: int, indices: list, cfg: dict, socket_dir: str, namespace: str, key: bytes):
+        from ..config import Config
+        config = Config(**cfg)
+        self.cards = [ServedCard(node, i, config, socket_dir, namespace, key) for i in indices]
+
+    def address(self) -> list:
+        """Every hosted card's socket path (all of them serve once this returns)."""
+        return [c.path for c in self.cards]
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def ping(self) -> bool:
+        return True
+
+    def reset(self) -> int:
+        """Make every hosted card as new for the next job; returns how many jobs they served."""
+        return min(c.reset() for c in self.cards)
+
+    def shutdown(self) -> None:
+        for c in self.cards:
+            c.close()

@@ -269,16 +269,18 @@ class CardSet:
     socket_dir: str
     actors: list
     created: bool
-    pending: dict = dataclasses.field(default_factory=dict)   # readiness refs not yet waited for
+    pending: dict = dataclasses.field(default_factory=dict)   # readiness ref -> the card indices it covers
     board: object = None                  # the job's JobBoard (this handle keeps it alive while the cards live)
     shape: tuple | None = None            # set for warm cards of rt/ray/pool.py: the shape they are kept under
     warm: bool = False                    # lent again after a reset (not booted for this job)
 
 
 def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: int | None = None,
-                 socket_dir: str | None = None, timeout: float = 60.0, indices=None, wait: bool = True) -> CardSet:
-    """Create (or find) the card actors 0..count-1 (or ``indices``) of ``node``, pinned to Ray node ``node_id``."""
-    from .actor import CardActor
+                 socket_dir: str | None = None, timeout: float = 60.0, indices=None, wait: bool = True,
+                 per_host: int = 1) -> CardSet:
+    """Create (or find) the cards 0..count-1 (or ``indices``) of ``node``, pinned to Ray node ``node_id``: a
+    ``CardActor`` each, or with ``per_host`` > 1 a ``CardHost`` per ``per_host`` of them (``rt/ray/actor.py``)."""
+    from .actor import CardActor, CardHost
     from ..wire.channel import card_key
     count = cfg.cards_per_node if count is None else count
     for make_room in BEFORE_CREATE:            # idle warm cards yield their NPU
@@ -296,12 +298,18 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
     indices = list(range(count)) if indices is None else list(indices)
-    actors = [CardActor.options(name=card_name(node, i), **opts).remote(node, i, cfg.to_dict(), socket_dir,
-                                                                     opts["namespace"], key)
-              for i in indices]
+    if per_host > 1:
+        groups = [tuple(indices[k:k + per_host]) for k in range(0, len(indices), per_host)]
+        actors = [CardHost.options(name=f"{card_name(node, g[0])}+{len(g)}", **dict(opts, resources={"NPU": len(g)}))
+                  .remote(node, list(g), cfg.to_dict(), socket_dir, opts["namespace"], key) for g in groups]
+    else:
+        groups = [(i,) for i in indices]
+        actors = [CardActor.options(name=card_name(node, i), **opts).remote(node, i, cfg.to_dict(), socket_dir,
+                                                                         opts["namespace"], key)
+                  for i in indices]
     from .actor import job_board
     board = job_board(opts["namespace"])  # boots beside the cards: their first rendezvous does not wait for it
-    cards = CardSet(job, node, socket_dir, actors, True, {a.address.remote(): i for i, a in zip(indices, actors)},
+    cards = CardSet(job, node, socket_dir, actors, True, {a.address.remote(): g for g, a in zip(groups, actors)},
                     board)
     if wait:
         wait_cards(cards, timeout)
@@ -344,15 +352,16 @@ def wait_cards(cards: "CardSet", timeout: float = 60.0, on_ready=None, every: fl
         ready, _ = ray.wait(list(pending), num_returns=len(pending),
                             timeout=min(left, every) if on_ready is not None else left)
         if on_ready is not None and ready:
-            on_ready(len(ready))
+            on_ready(sum(len(pending[ref]) for ref in ready))
         for ref in ready:
-            i = pending.pop(ref)
+            group = pending.pop(ref)
             try:
                 ray.get(ref)
             except Exception as e:
-                raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, f"card {i} of node {node} failed to start: {e}") from None
+                which = f"card {group[0]}" if len(group) == 1 else f"cards {list(group)} (one host)"
+                raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR, f"{which} of node {node} failed to start: {e}") from None
         if pending and time.monotonic() >= deadline:
-            missing = sorted(pending.values())
+            missing = sorted(i for group in pending.values() for i in group)
             raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR,
                            f"cards {missing} of node {node} did not start within {timeout:.0f} s (not enough free "
                            f"'NPU' resources on that Ray node? available: {ray.available_resources().get('NPU', 0)})")

@@ -1,5 +1,5 @@
-"""`launch --nnodes K` on the embedded session: K simulated servers on this machine (issue #25 item 1) — each its
-own node index, cards, sockets and rank-table server; every collective across them takes the cross-node path
+"""`launch --nnodes K` on the embedded session: K simulated servers on this machine (issue #25 items 1, 2) — each
+its own node index, cards, sockets and rank-table server; every collective across them takes the cross-node path
 (hierarchical schedules, the hub), checked against numpy inside the ranks by the script the two-Ray-node test
 runs (tests/test_two_nodes.py runs the same on a real two-raylet cluster)."""
 
@@ -25,13 +25,16 @@ pytestmark = pytest.mark.timeout(240)
 
 def launch(*argv, timeout=230, **env):
     clean = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NPUSIM_BACKEND", "NPUSIM_CARD_DIR",
-                                                                "ASCEND_RT_VISIBLE_DEVICES")}
+                                                                "ASCEND_RT_VISIBLE_DEVICES", "NPUSIM_CARDS_PER_HOST")}
     return subprocess.run([sys.executable, "-m", "launcher", *map(str, argv)], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env=dict(clean, **env))
 
 
-def test_two_simulated_nodes_run_every_collective_across_nodes():
-    proc = launch("--nnodes", 2, "--nproc", 4, "--timeout", 200, SCRIPT, HCCL_EXEC_TIMEOUT="60")
+@pytest.mark.parametrize("per_host", ["1", "4"], ids=["a-worker-per-card", "a-card-host-per-node"])
+def test_two_simulated_nodes_run_every_collective_across_nodes(per_host):
+    """Also with each node's cards in one Ray worker (a CardHost: what worlds above 16 cards get)."""
+    proc = launch("--nnodes", 2, "--nproc", 4, "--timeout", 200, SCRIPT, HCCL_EXEC_TIMEOUT="60",
+                  NPUSIM_CARDS_PER_HOST=per_host)
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     placed = {int(m[1]): (int(m[2]), int(m[3]), int(m[4]))
@@ -68,3 +71,27 @@ def test_each_simulated_node_is_a_server_of_the_rank_table_with_its_own_cards():
         assert s["node"] == s["group_rank"] == s["rank"] // 2
         assert int(s["server_count"]) == 3 and len(set(s["servers"])) == 3      # three servers, three names
     assert "launch: error" not in proc.stderr
+
+
+def test_a_card_host_per_node_is_one_process_holding_its_cards_each_on_its_own_socket():
+    """NPUSIM_CARDS_PER_HOST=4: the 4 cards of a node answer on 4 sockets from one process (the host), and
+    the two nodes' hosts are two processes."""
+    with tempfile.TemporaryDirectory() as d:
+        prog = Path(d) / "pid.py"
+        prog.write_text(textwrap.dedent("""
+            import os, rt
+            rt.init()
+            rt.set_device(int(os.environ["DEVICE_ID"]))
+            import rt.host.runtime as runtime
+            ctx = runtime.RUNTIME.current
+            print("CARDPID", os.environ["RANK"], os.environ["NPUSIM_NODE"], ctx.client.info["pid"], flush=True)
+        """))
+        proc = launch("--nnodes", 2, "--nproc", 4, prog, timeout=120, NPUSIM_CARDS_PER_HOST="4")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    pids = {}
+    for line in proc.stdout.splitlines():
+        if "CARDPID " in line:
+            rank, node, pid = line.split("CARDPID ", 1)[1].split()
+            pids.setdefault(int(node), set()).add(int(pid))
+    assert sorted(pids) == [0, 1] and all(len(p) == 1 for p in pids.values()), pids
+    assert pids[0] != pids[1]
