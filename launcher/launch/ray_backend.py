@@ -47,27 +47,31 @@ CARD_BOOT_EACH = 1.0       # (a card's boot is ~0.7 s of CPU; all of them share 
 PROGRESS_FROM = 16         # worlds with more cards report their boot as it goes
 
 
-# What a job costs this machine before the program allocates anything (PSS measured 2 Dec 2026, `launch --nproc 4`
-# of a program holding one communicator): Ray's own processes, the job board and launch ~0.45 GiB; a card actor
-# 60-62 MiB; a rank forked from the fork server 12 MiB (numpy, rt, hccl shared with the server).
+# What a job costs this machine before the program allocates anything (PSS measured 2 Dec 2026 with a program
+# holding one communicator): Ray's own processes, the job board and launch ~0.45 GiB; a Ray worker holding cards
+# ~56 MiB plus ~4 MiB a card (a CardActor 57-62 MiB, a CardHost of 8 cards 88 MiB); a rank forked from the fork
+# server 12 MiB (numpy, rt, hccl shared with the server).
 WORLD_BASE_BYTES = 450 << 20
-CARD_BYTES = 62 << 20
+CARD_WORKER_BYTES = 56 << 20
+CARD_BYTES = 4 << 20
 RANK_BYTES = 12 << 20
 
 
-def check_world_fits(nnodes: int, nproc: int) -> None:
+def check_world_fits(nnodes: int, nproc: int, per_host: int = 1) -> None:
     """Refuse at once a world whose cards and ranks alone cannot fit in the memory this machine (or its
     container) has available — it would otherwise swap or be killed partway through booting."""
     from rt.memlimit import budget
     world = nnodes * nproc
-    need = WORLD_BASE_BYTES + world * (CARD_BYTES + RANK_BYTES)
+    workers = nnodes * -(-nproc // per_host)
+    need = WORLD_BASE_BYTES + workers * CARD_WORKER_BYTES + world * (CARD_BYTES + RANK_BYTES)
     mem = budget()
     if need <= mem.available:
         return
     gib = 1 << 30
     raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_ALLOCATION,
-                   f"launch: --nnodes {nnodes} --nproc {nproc} ({world} ranks and cards) needs about {need / gib:.1f} GiB "
-                   f"before the program allocates anything ({CARD_BYTES >> 20} MiB a card, {RANK_BYTES >> 20} MiB a rank, "
+                   f"launch: --nnodes {nnodes} --nproc {nproc} ({world} ranks and cards, in {workers} card processes) "
+                   f"needs about {need / gib:.1f} GiB before the program allocates anything ({CARD_WORKER_BYTES >> 20} "
+                   f"MiB a card process, {CARD_BYTES >> 20} MiB a card, {RANK_BYTES >> 20} MiB a rank, "
                    f"{WORLD_BASE_BYTES >> 20} MiB for Ray and launch), but only {mem.available / gib:.1f} GiB is "
                    f"available ({mem.describe()}); lower --nnodes or --nproc")
 
@@ -117,7 +121,7 @@ class RayBackend:
             session.connect_ray(rc.address)  # AclError naming the address if unreachable
             self._connected_here, where = True, rc.address
         else:
-            check_world_fits(rc.nnodes, rc.nproc)
+            check_world_fits(rc.nnodes, rc.nproc, cards_per_host(rc.world_size, rc.nproc))
             session.start_local_ray(rc.hw, nodes=rc.nnodes)
             self._started_here, where = True, "the embedded local session"
         # Warm cards only pay off in a session that outlives this job: the caller's (a test fixture, a notebook).

@@ -17,14 +17,20 @@ def fake_budget(available: int):
 def test_a_world_that_cannot_fit_is_refused_naming_the_estimate(monkeypatch):
     monkeypatch.setattr(memlimit, "budget", fake_budget(2 * GIB))
     with pytest.raises(AclError) as e:
-        ray_backend.check_world_fits(32, 8)                     # 256 ranks: 0.44 + 256 x 74 MiB = 18.9 GiB
+        ray_backend.check_world_fits(32, 8)                     # a worker per card: 0.44 + 256 x 72 MiB
     assert e.value.code == 207001
     msg = e.value.message
-    assert "--nnodes 32 --nproc 8 (256 ranks and cards) needs about 18.9 GiB" in msg, msg
-    assert "62 MiB a card, 12 MiB a rank" in msg and "only 2.0 GiB is available" in msg and "lower --nnodes" in msg
+    assert "--nnodes 32 --nproc 8 (256 ranks and cards, in 256 card processes) needs about 18.4 GiB" in msg, msg
+    assert "56 MiB a card process, 4 MiB a card, 12 MiB a rank" in msg and "only 2.0 GiB is available" in msg
+    assert "lower --nnodes" in msg
+    with pytest.raises(AclError) as e:
+        ray_backend.check_world_fits(32, 8, per_host=8)         # a host per node: 0.44 + 32 x 56 + 256 x 16 MiB
+    assert "(256 ranks and cards, in 32 card processes) needs about 6.2 GiB" in e.value.message
 
 
 def test_a_world_that_fits_passes(monkeypatch):
     monkeypatch.setattr(memlimit, "budget", fake_budget(20 * GIB))
     ray_backend.check_world_fits(32, 8)
     ray_backend.check_world_fits(1, 8)
+    monkeypatch.setattr(memlimit, "budget", fake_budget(7 * GIB))
+    ray_backend.check_world_fits(32, 8, per_host=8)
