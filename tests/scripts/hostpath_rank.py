@@ -8,6 +8,7 @@ counters (how many collectives ran in this process / were handed to the card).
 
 import json
 import sys
+import threading
 import time
 
 import numpy as np
@@ -49,9 +50,10 @@ def one_round(seed, before=None):
                  ("all_reduce max", lambda: hccl.all_reduce(send.ptr, out.ptr, c, code, hccl.HCCL_REDUCE_MAX, comm),
                   out, lambda: np.max([x[:c] for x in xs], axis=0))]
         for name, call, result, want in cases:
-            if before:
-                before()
+            release = before() if before else None
             call()
+            if release:
+                release()
             rt.synchronize_stream(None)
             check(f"{name} {dt.__name__} #{seed}", result.numpy(), want())
         big, gathered = device(mine), rt.empty((c * n,), dt)
@@ -71,16 +73,18 @@ def one_round(seed, before=None):
         ]:
             if name == "broadcast":
                 gathered.copy_from(xs[rank])            # root sends its own; the others are overwritten
-            if before:
-                before()
+            release = before() if before else None
             call()
+            if release:
+                release()
             rt.synchronize_stream(None)
             w = want()
             if w is not None:
                 check(f"{name} {dt.__name__} #{seed}", result.numpy(), w)
-        if before:
-            before()
+        release = before() if before else None
         hccl.barrier(comm)
+        if release:
+            release()
         rt.synchronize_stream(None)
         for t in (send, out, big, gathered):
             t.free()
@@ -95,8 +99,14 @@ if scenario == "all":                       # every rank on the host path
     for seed in range(3):
         one_round(seed)
 elif scenario == "mixed":                   # odd ranks' streams are busy: they go through their cards
+    def hold_stream():
+        """Keep the default stream busy until the collective is issued: a blocking host callback that waits for
+        the release (a sleep kernel could finish first on a loaded machine, and the call would find it idle)."""
+        go = threading.Event()
+        rt.launch_callback(lambda _: go.wait(30), None, True)
+        return go.set
     for seed in range(2):
-        one_round(seed, before=(lambda: rt.sleep_kernel(0.01)) if rank % 2 else None)
+        one_round(seed, before=hold_stream if rank % 2 else None)
 elif scenario == "late":                    # rank 0 arrives late: the others hand over to their cards
     t = device(np.full(4, rank + 1, np.float32))
     for i in range(3):
