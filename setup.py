@@ -7,5 +7,5 @@ from setuptools import find_packages, setup
 setup(
     packages=find_packages(include=["rt*", "hccl*", "launcher*", "acl*", "torch_npu*"]) + ["rt.configs"],
     package_dir={"rt.configs": "configs"},
-    package_data={"rt.configs": ["*.toml"]},
+    package_data={"rt.configs": ["*.toml"], "torch_npu": ["*.cpp"]},
 )

@@ -2,9 +2,10 @@
 
     launch --nproc 4 examples/torch_ddp.py          # torchrun --nproc-per-node 4 examples/torch_ddp.py works too
 
-A torch_npu-style script: ``init_process_group("hccl")``, ``torch.npu.set_device(local_rank)``, a model moved
-``.to("npu:N")``, ``DistributedDataParallel(model, device_ids=[local_rank])``. Each rank trains on its quarter
-of every global batch; DDP all-reduces the gradients through npusim's HCCL on the cards. Rank 0 then trains the
+A torch_npu-style script: ``init_process_group("hccl")``, ``torch.npu.set_device(local_rank)``, the model and
+each batch moved with ``.npu()`` (tensors on ``npu:N``), ``DistributedDataParallel(model, device_ids=[local_rank])``.
+Each rank trains on its quarter of every global batch; DDP all-reduces the gradients through npusim's HCCL on
+the cards. Rank 0 then trains the
 same model in one process on the whole global batch and checks that every step's loss and the final weights
 agree (float tolerance): data parallelism must not change the mathematics. Needs ``pip install "npusim[torch]"``.
 """
@@ -36,14 +37,15 @@ def make_data():
 
 
 def train_ddp(rank: int, world: int, device: torch.device, x, y) -> list[float]:
-    model = make_model().to(device)
+    model = make_model().npu()                # onto torch.npu.set_device's card, as torch_npu scripts do
+    assert next(model.parameters()).device == device, next(model.parameters()).device
     ddp = DDP(model, device_ids=[device.index])
     opt = torch.optim.SGD(ddp.parameters(), lr=LR)
     per_rank = GLOBAL_BATCH // world
     losses = []
     for step in range(STEPS):
-        xs = x[step, rank * per_rank:(rank + 1) * per_rank].to(device)
-        ys = y[step, rank * per_rank:(rank + 1) * per_rank].to(device)
+        xs = x[step, rank * per_rank:(rank + 1) * per_rank].npu()
+        ys = y[step, rank * per_rank:(rank + 1) * per_rank].npu()
         opt.zero_grad()
         loss = torch.nn.functional.cross_entropy(ddp(xs), ys)
         loss.backward()                       # DDP all-reduces the gradient buckets here
@@ -83,7 +85,7 @@ def main() -> None:
             print(f"step {step:2d}: loss {losses[step]:.5f} on {world} ranks, {ref_losses[step]:.5f} in one process")
         torch.testing.assert_close(torch.tensor(losses), torch.tensor(ref_losses), rtol=1e-4, atol=1e-5)
         for p, q in zip(model.parameters(), ref_model.parameters()):
-            torch.testing.assert_close(p.detach(), q.detach(), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(p.detach().cpu(), q.detach(), rtol=1e-4, atol=1e-5)
         print(f"ok: DDP over hccl on {world} simulated cards matches single-process training "
               f"(loss {losses[0]:.3f} -> {losses[-1]:.3f})")
     dist.destroy_process_group()

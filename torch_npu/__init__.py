@@ -4,7 +4,9 @@
   (``npu.py``), answered by the rank's npusim card;
 - ``torch.distributed.init_process_group("hccl")``: a c10d backend whose collectives run on npusim's cards
   and HCCL (``distributed/``);
-- ``npu`` device names map onto CPU tensors (``devices.py``; what is and is not simulated: docs/torch.md).
+- ``npu`` is a real torch device type: tensors on it compute with torch's CPU kernels and count against the
+  card's memory (``devices.py``, ``backend.py``, ``storage.py``, ``memory.py``; what is simulated: docs/torch.md);
+- torch_npu's storage formats and common fused ops (``formats.py``, ``ops.py``), ``torch_npu.testing``.
 
 Needs PyTorch: ``pip install "npusim[torch]"`` (the CPU wheel). npusim's core never imports torch.
 """
@@ -15,11 +17,19 @@ except ImportError as e:                                  # pragma: no cover - d
     raise ImportError("npusim's torch_npu needs PyTorch: pip install \"npusim[torch]\" (CPU torch)") from e
 
 from . import distributed, npu
+from .amp import register_autocast_kernels as _register_autocast_kernels
 from .devices import install as _install
+from .formats import Format, get_npu_format, npu_format_cast, npu_format_cast_
+from .ops import (fast_gelu, npu_add_rms_norm, npu_apply_rotary_pos_emb, npu_confusion_transpose, npu_fast_gelu,
+                  npu_fusion_attention, npu_gelu, npu_rms_norm, npu_rotary_mul, npu_silu, npu_swiglu)
 
 __version__ = "2.13.0+npusim"
 
 _install()
 distributed.register()
+_register_autocast_kernels()
 
-__all__ = ["distributed", "npu"]
+__all__ = ["Format", "distributed", "fast_gelu", "get_npu_format", "npu", "npu_add_rms_norm",
+           "npu_apply_rotary_pos_emb", "npu_confusion_transpose", "npu_fast_gelu", "npu_format_cast",
+           "npu_format_cast_", "npu_fusion_attention", "npu_gelu", "npu_rms_norm", "npu_rotary_mul", "npu_silu",
+           "npu_swiglu"]

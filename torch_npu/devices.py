@@ -1,67 +1,30 @@
-"""``npu`` as a device name: what torch_npu scripts write, mapped honestly onto CPU tensors.
+"""``npu`` as a real torch device type: PrivateUse1 named ``npu`` (``backend.py``), installed at ``import torch_npu``.
 
-A real ``npu:N`` tensor lives in the card's memory behind a PrivateUse1 backend with its own allocator and
-kernels (C++). npusim does not simulate that: a rank's tensors are CPU tensors, and what is simulated is the
-card the rank is bound to, where its ``"hccl"`` collectives run. So that scripts run unchanged:
-
-- ``torch.device("npu:1")`` parses (PrivateUse1 is named ``npu``) and ``torch.npu`` is the module in ``npu.py``;
-- ``t.npu()``, ``t.to("npu")``, ``t.to(torch.device("npu", i))``, ``model.to(device)``, ``model.npu()`` and
-  ``device="npu..."`` in factory functions (``torch.ones(3, device="npu")``) give CPU tensors — a function mode
-  rewrites npu devices to ``cpu`` on the thread that imported torch_npu (other threads: call ``.cpu()``);
-- ``DistributedDataParallel(model, device_ids=[local_rank])`` drops ``device_ids``/``output_device`` when the
-  module's parameters are on the CPU, which is what DDP asks of a CPU module.
-
-``t.device`` says ``cpu``, ``t.is_npu`` does not exist: code that branches on them sees CPU tensors.
+After :func:`install`, ``torch.device("npu:1")`` parses, ``t.npu()``, ``t.to("npu")``, ``model.npu()`` and
+``torch.zeros(3, device="npu")`` give tensors whose ``device.type`` is ``npu`` (``t.is_npu`` is true), ``.cpu()``
+brings them back, and every torch operator runs on them through torch's CPU kernels (``backend.py``); their
+bytes are counted against the card's capacity (``storage.py``). What is simulated and what is not:
+docs/torch.md.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import warnings
 
 import torch
-from torch.overrides import TorchFunctionMode
+
+from . import backend
+from .storage import cpu_view
 
 _installed = False
 
-
-def _to_cpu(x):
-    if isinstance(x, torch.device) and x.type == "npu":
-        return torch.device("cpu")
-    if isinstance(x, str) and (x == "npu" or x.startswith("npu:")):
-        return "cpu"
-    return x
-
-
-class NpuAsCpu(TorchFunctionMode):
-    """Rewrites npu devices in any torch call's arguments to ``cpu``."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if func is torch.device:                     # the name itself stays: torch.device("npu:1") is npu:1
-            return func(*args, **(kwargs or {}))
-        if kwargs:
-            dev = kwargs.get("device")
-            if dev is not None:
-                kwargs = dict(kwargs, device=_to_cpu(dev))
-        else:
-            kwargs = {}
-        if args:
-            args = tuple(_to_cpu(a) if isinstance(a, (str, torch.device)) else a for a in args)
-        return func(*args, **kwargs)
-
-
-def _tensor_npu(self, device=None, non_blocking=False, memory_format=torch.preserve_format):
-    """``Tensor.npu()``: the tensor itself (it is a CPU tensor tied to the rank's card, docs/torch.md)."""
-    return self
-
-
-def _module_npu(self, device=None):
-    """``Module.npu()``: the module itself, parameters left on the CPU."""
-    return self
+__all__ = ["cpu_view", "install"]
 
 
 def _patch_ddp() -> None:
+    """``DistributedDataParallel(cpu_module, device_ids=[i])``: ``device_ids`` dropped, as DDP asks of a CPU module
+    (scripts written for npusim's earlier CPU tensors keep running)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
     if getattr(DDP.__init__, "_npusim", False):
         return
@@ -81,46 +44,33 @@ def _patch_ddp() -> None:
     DDP.__init__ = __init__
 
 
-def _register_hooks() -> None:
-    """What torch asks of a named PrivateUse1 (``torch._C._get_accelerator()``, used by ``dist.barrier``, needs
-    its hooks); the tensors themselves never reach PrivateUse1."""
-    acc = torch._C._acc
+def _patch_untyped_storage() -> None:
+    """``torch.UntypedStorage(n, device="npu")`` (what ``storage.clone()``, ``copy.deepcopy`` of an npu tensor and
+    ``storage.to("npu")`` call): made as an npu tensor's storage. torch would ask a C++ PrivateUse1 allocator,
+    which a Python backend has not got (and crash)."""
+    cls = torch.UntypedStorage
+    if getattr(cls.__new__, "_npusim", False):
+        return
+    base_new = torch._C.StorageBase.__new__
 
-    class Hooks(acc.PrivateUse1Hooks):
-        def is_available(self) -> bool:
-            return True
-
-        def has_primary_context(self, dev_id) -> bool:
-            return True
-
-        def is_built(self) -> bool:
-            return True
-
-    class Guard(acc.DeviceGuard):
-        def type_(self):
-            return torch._C._autograd.DeviceType.PrivateUse1
-
-    acc.register_python_privateuseone_hook(Hooks())
-    acc.register_python_privateuseone_device_guard(Guard())
+    def __new__(klass, *args, device=None, **kwargs):
+        if device is not None and not kwargs and len(args) <= 1 and all(type(a) is int for a in args) \
+                and torch.device(device).type == "npu":
+            return torch.empty(args[0] if args else 0, dtype=torch.uint8, device=device).untyped_storage()
+        if device is not None:
+            kwargs["device"] = device
+        return base_new(klass, *args, **kwargs)
+    __new__._npusim = True
+    cls.__new__ = staticmethod(__new__)
 
 
 def install() -> None:
-    """Name PrivateUse1 ``npu``, register ``torch.npu``, add ``.npu()``, push the device mode, adapt DDP."""
+    """Register the ``npu`` backend and ``torch.npu``; make npu storages; adapt DDP for CPU modules."""
     global _installed
     if _installed:
         return
     from . import npu
-    try:
-        torch.utils.rename_privateuse1_backend("npu")
-    except RuntimeError as e:                        # already renamed: fine if to "npu"
-        if torch._C._get_privateuse1_backend_name() != "npu":
-            warnings.warn(f"torch_npu (npusim): PrivateUse1 is already named "
-                          f"{torch._C._get_privateuse1_backend_name()!r}; 'npu' devices will not parse ({e})")
-    if not hasattr(torch, "npu"):
-        torch._register_device_module("npu", npu)
-        _register_hooks()
-    torch.Tensor.npu = _tensor_npu
-    torch.nn.Module.npu = _module_npu
-    NpuAsCpu().__enter__()                           # for the rest of this thread's life
+    backend.register(npu)
+    _patch_untyped_storage()
     _patch_ddp()
     _installed = True

@@ -1,12 +1,19 @@
 """Algorithm choice: ``HCCL_ALGO`` parsing, the automatic selection, and ``build`` — the single
 entry point from (collective, algorithm, world size, count) to a Schedule.
 
-``HCCL_ALGO`` has the real syntax, globally ``"level0:NA;level1:H-D_R"`` or per operator
-``"allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R"`` (``other=`` covers the
-operators not named). Level1 values implemented here are ``ring`` and ``H-D_R``; the other real
-names (NHR, NHR_V1, NB, AHC, pipeline, pairwise) are accepted and mapped to the closest
-implemented algorithm, and the choice says so in ``params["note"]``. Level0 accepts NA (automatic),
-fullmesh and ring.
+``HCCL_ALGO`` is parsed as CANN parses it: spaces are dropped; globally ``"level0:NA;level1:H-D_R"`` or per
+operator ``"allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R"`` (operators broadcast,
+allreduce, reduce, send, receive, allgather, reducescatter, alltoall, gather, scatter, sendrecv and
+``others``; npusim also takes ``other``), never both; levels level0..level3, each at most once; algorithm
+names as CANN spells them (case matters): NA, null, ring, H-D_R, fullmesh, pipeline, pairwise, NHR, NHR_V1,
+NB, AHC, AHC_BROKE. A later setting of the same operator wins, as in CANN. Anything else is refused with
+``HCCL_E_PARA`` (``EI0001``, naming the bad part). An empty value means automatic selection.
+
+What the names run here: level0 (inside a node) NA = automatic, fullmesh = the one-shot mesh, ring = ring,
+H-D_R = recursive halving-doubling; level1 (across nodes) ring and H-D_R as named, fullmesh = one mesh over
+every rank; the other real names map to the closest implemented algorithm and the choice says so in
+``params["note"]``. Level1 only matters for a communicator spanning several nodes (``level0:NA;level1:fullmesh``
+on one node is the automatic choice); level2/level3 (SuperPoDs) are accepted and have nothing to choose here.
 """
 
 from __future__ import annotations
@@ -27,73 +34,91 @@ ALGORITHMS = {"mesh": mesh, "ring": ring, "hd": hd, "hierarchical": hierarchical
 # one for all_reduce, all_gather and reduce_scatter (the card's HCCL extension passes it as ``thresholds``).
 DEFAULT_THRESHOLDS: dict[str, int] = {}
 
-# HCCL_ALGO operator keys → our collective names ("other" = every collective not named).
-_OP_KEYS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-            "broadcast": "broadcast", "reduce": "reduce", "scatter": "scatter",
-            "alltoall": "all_to_all", "alltoallv": "all_to_all_v", "alltoallvc": "all_to_all_v",
-            "barrier": "barrier", "other": "other"}
-_LEVEL0 = {"na": "NA", "fullmesh": "fullmesh", "ring": "ring"}
-_LEVEL1 = {"na": "NA", "ring": "ring", "h-d_r": "H-D_R", "nhr": "NHR", "nhr_v1": "NHR_V1", "nb": "NB",
-           "ahc": "AHC", "pipeline": "pipeline", "pairwise": "pairwise"}
-# Real level1 name → (implemented level1, note when it is a stand-in).
-_LEVEL1_IMPL = {"ring": ("ring", None), "H-D_R": ("hd", None),
-                "NHR": ("hd", "NHR is not implemented; using H-D_R (also log-step)"),
-                "NHR_V1": ("hd", "NHR_V1 is not implemented; using H-D_R"),
-                "NB": ("hd", "NB is not implemented; using H-D_R (also log-step)"),
-                "AHC": ("hd", "AHC is not implemented; using H-D_R"),
-                "pipeline": ("ring", "pipeline is not implemented; using ring"),
-                "pairwise": (None, "pairwise applies to all_to_all only; using the direct mesh exchange")}
+# Collective names as callers spell them → ours.
+_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+          "alltoall": "all_to_all", "alltoallv": "all_to_all_v", "alltoallvc": "all_to_all_v"}
+# HCCL_ALGO operator keys (CANN's, exact case) → the collectives they configure; "other" (npusim's spelling
+# of CANN's "others") covers every collective not named. p2p and gather have no algorithm to choose here.
+_OP_KEYS = {"broadcast": ("broadcast",), "allreduce": ("all_reduce",), "reduce": ("reduce",),
+            "allgather": ("all_gather",), "reducescatter": ("reduce_scatter",), "scatter": ("scatter",),
+            "alltoall": ("all_to_all", "all_to_all_v"), "gather": ("gather",), "send": ("p2p",),
+            "receive": ("p2p",), "sendrecv": ("p2p",), "others": ("other",), "other": ("other",)}
+_LEVELS = ("level0", "level1", "level2", "level3")
+_ALGOS = ("NA", "null", "ring", "H-D_R", "fullmesh", "pipeline", "pairwise", "NHR", "NHR_V1", "NB", "AHC",
+          "AHC_BROKE")
+_EXPECT = "level0:NA;level1:<algo> or <op0>=level0:NA;level1:<algo0>/<op1>=level0:NA;level1:<algo1>"
+# Real name → (implemented algorithm, note when it is a stand-in); None = automatic.
+_IMPL = {"NA": (None, None), "null": (None, None), "ring": ("ring", None), "H-D_R": ("hd", None),
+         "fullmesh": ("mesh", None),
+         "NHR": ("hd", "NHR is not implemented; using H-D_R (also log-step)"),
+         "NHR_V1": ("hd", "NHR_V1 is not implemented; using H-D_R"),
+         "NB": ("hd", "NB is not implemented; using H-D_R (also log-step)"),
+         "AHC": ("hd", "AHC is not implemented; using H-D_R"),
+         "AHC_BROKE": ("hd", "AHC_BROKE is not implemented; using H-D_R"),
+         "pipeline": ("ring", "pipeline is not implemented; using ring"),
+         "pairwise": ("mesh", "pairwise applies to all_to_all only; using the direct mesh exchange")}
 
 
 def _bad(text: str, part: str, why: str) -> HcclError:
-    return HcclError(HcclResult.HCCL_E_PARA, f"HCCL_ALGO={text!r}: bad part {part!r}: {why}")
+    return HcclError(HcclResult.HCCL_E_PARA, f"EI0001 HCCL_ALGO={text!r} is invalid: bad part {part!r}: {why} "
+                                             f"(expected {_EXPECT})")
+
+
+def _levels(text: str, body: str) -> dict[str, str]:
+    """``levelN:<algo>;...`` → {"levelN": algo}, refusing what CANN's parser refuses."""
+    items = body.split(";")
+    if len(items) > len(_LEVELS):
+        raise _bad(text, body, f"more than {len(_LEVELS)} levels")
+    levels: dict[str, str] = {}
+    for item in items:
+        level, sep, value = item.partition(":")
+        if not item or not sep or not level or not value:
+            raise _bad(text, item, "expected levelN:<algo>")
+        if level not in _LEVELS:
+            raise _bad(text, item, f"unknown level {level!r} (expected one of {list(_LEVELS)})")
+        if value not in _ALGOS:
+            raise _bad(text, item, f"unknown algorithm {value!r} (expected one of {list(_ALGOS)})")
+        if level in levels:
+            raise _bad(text, item, f"{level} given twice")
+        levels[level] = value
+    return levels
 
 
 def parse_hccl_algo(text: str) -> dict[str, dict[str, str]]:
-    """Parse HCCL_ALGO into {collective or "all" or "other": {"level0": ..., "level1": ..., ...}}."""
-    if not isinstance(text, str) or not text.strip():
-        raise HcclError(HcclResult.HCCL_E_PARA, f"HCCL_ALGO must be a non-empty string, got {text!r}")
-    out: dict[str, dict[str, str]] = {}
-    seen: set[str] = set()
-    for block in text.strip().split("/"):
-        key = "all"
-        body = block.strip()
-        if "=" in body:
-            name, body = (x.strip() for x in body.split("=", 1))
-            if name.lower() not in _OP_KEYS:
-                raise _bad(text, block, f"unknown operator {name!r} (expected one of {sorted(_OP_KEYS)})")
-            key = _OP_KEYS[name.lower()]
-            if name.lower() in seen:
-                raise _bad(text, block, f"operator {name} configured twice")
-            seen.add(name.lower())
-        elif key in out:
-            raise _bad(text, block, "the global setting is given twice")
-        levels: dict[str, str] = {}
-        for item in body.split(";"):
-            item = item.strip()
-            if not item:
-                continue
-            level, sep, value = (x.strip() for x in item.partition(":"))
-            table = {"level0": _LEVEL0, "level1": _LEVEL1, "level2": _LEVEL1}.get(level.lower())
-            if not sep or table is None:
-                raise _bad(text, item, "expected levelN:<algo> with N in 0, 1, 2")
-            if value.lower() not in table:
-                raise _bad(text, item, f"unknown {level} algorithm {value!r} "
-                                       f"(expected one of {sorted(set(table.values()))})")
-            if level.lower() in levels:
-                raise _bad(text, item, f"{level} given twice")
-            levels[level.lower()] = table[value.lower()]
-        if not levels:
-            raise _bad(text, block, "no levelN:<algo> entries")
-        out[key] = levels
-    if "all" in out and len(out) > 1:
+    """Parse HCCL_ALGO into {collective or "all" or "other": {"level0": ..., "level1": ..., ...}}
+    ({} for an empty value: automatic selection)."""
+    if not isinstance(text, str):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"HCCL_ALGO must be a string, got {text!r}")
+    value = text.replace(" ", "")
+    if not value:
+        return {}
+    blocks = value.split("/")
+    specific = ["=" in b for b in blocks]
+    if any(specific) and not all(specific):
         raise _bad(text, text, "mixes a global setting with per-operator settings")
+    if not any(specific) and len(blocks) > 1:
+        raise _bad(text, text, "the global setting is given twice")
+    out: dict[str, dict[str, str]] = {}
+    for block in blocks:
+        if not any(specific):
+            out["all"] = _levels(text, block)
+            continue
+        name, _, body = block.partition("=")
+        if not name or not body:
+            raise _bad(text, block, "expected <op>=levelN:<algo>;...")
+        if name not in _OP_KEYS:
+            raise _bad(text, block, f"unknown operator {name!r} (expected one of {sorted(_OP_KEYS)})")
+        levels = _levels(text, body)
+        if levels.get("level0") == "null":
+            raise _bad(text, block, "a per-operator setting cannot make level0 null")
+        for op in _OP_KEYS[name]:
+            out[op] = levels                      # a later setting of the same operator wins, as in CANN
     return out
 
 
 def _normalize_op(op: str) -> str:
     key = op.lower().replace("_", "")
-    name = _OP_KEYS.get(key, op)
+    name = _NAMES.get(key, key if key in OPS else op)
     if name not in OPS:
         raise HcclError(HcclResult.HCCL_E_PARA, f"unknown collective {op!r} (expected one of {list(OPS)})")
     return name
@@ -123,29 +148,30 @@ def choose(op: str, world_size: int, nbytes: int, *, nodes: int = 1, topology: s
     cfg = parse_hccl_algo(hccl_algo) if isinstance(hccl_algo, str) else (hccl_algo or {})
     levels = cfg.get(op) or cfg.get("all") or cfg.get("other") or {}
     level0, level1 = levels.get("level0", "NA"), levels.get("level1", "NA")
+    impl0, note0 = _IMPL[level0]
+    impl1, note1 = _IMPL[level1]
     notes = []
 
     if nodes > 1 and per_node > 0:
-        if level1 == "NA":
+        if impl1 is None:
             pow2 = nodes & (nodes - 1) == 0
-            impl = "hd" if pow2 else "ring"
-            reason = f"{nodes} nodes ({'a' if pow2 else 'not a'} power of two) → level1 {impl}"
+            impl1 = "hd" if pow2 else "ring"
+            reason = f"{nodes} nodes ({'a' if pow2 else 'not a'} power of two) → level1 {impl1}"
         else:
-            impl, note = _LEVEL1_IMPL[level1]
             reason = f"HCCL_ALGO level1:{level1}"
-            if note:
-                notes.append(note)
-        if level0 == "ring":
-            notes.append("level0 ring is not implemented for hierarchical algorithms; using fullmesh")
-        algo, params = "hierarchical", {"ranks_per_node": per_node, "level1": impl or "ring"}
-        if impl is None:
+            notes += [note1] if note1 else []
+        if impl0 not in (None, "mesh"):
+            notes.append(f"level0 {level0} is not implemented for hierarchical algorithms; using fullmesh")
+        if impl1 == "mesh":
             algo, params = "mesh", {}
+            reason += " → one mesh over every rank"
+        else:
+            algo, params = "hierarchical", {"ranks_per_node": per_node, "level1": impl1}
     else:
         threshold = thresholds.get(op)
-        if level0 == "ring":
-            algo, params, reason = "ring", {}, "HCCL_ALGO level0:ring"
-        elif level0 == "fullmesh":
-            algo, params, reason = "mesh", {}, "HCCL_ALGO level0:fullmesh"
+        if impl0 is not None:
+            algo, params, reason = impl0, {}, f"HCCL_ALGO level0:{level0}"
+            notes += [note0] if note0 else []
         elif topology == "2x4" and world_size > 4 and world_size % 4 == 0:
             groups = world_size // 4
             algo = "hierarchical"

@@ -19,6 +19,13 @@ seed (``hash()`` of a str is the same on every rank); set ``NPUSIM_FORK_SERVER=0
 ``NPUSIM_FORK_PRELOAD=mod1,mod2`` adds modules the server imports before forking (the pytest plugin adds
 ``pytest``, which every rank of a test imports with the test's module).
 
+A program that imports torch (``import torch``/``torch_npu`` in the script or ``-c`` code, read without running
+it) gets a second server that has also imported ``torch``, ``torch.distributed`` and ``torch_npu`` — ~1 s of CPU
+per rank otherwise — started on the first such rank; other programs never start it, so they do not pay for
+torch. Its ranks must also agree with it on the variables torch reads while importing (``TORCH*``,
+``PYTORCH*``, ``KMP_*``, ``GOMP_*``, ``MKL_*``, ``OMP_*``). ``NPUSIM_FORK_TORCH=0`` forks torch programs from
+the plain server.
+
 Three processes, one module each: ``client.py`` runs in the launching process (the node agent's: it starts the
 server and asks it for ranks), ``server.py`` is the server's own loop, ``child.py`` what a forked child does to
 become the rank.

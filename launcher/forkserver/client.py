@@ -8,6 +8,7 @@ import functools
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -22,20 +23,29 @@ STARTUP_VARS = ("PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONDONTWRITEBYTECODE", "
                 "PYTHONFAULTHANDLER", "PYTHONTRACEMALLOC", "PYTHONINSPECT", "PYTHONHOME", "PYTHONSTARTUP",
                 "LD_PRELOAD", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                 "NUMEXPR_NUM_THREADS", "VIRTUAL_ENV")
-READY_TIMEOUT = 30.0
+# Variables torch reads while it imports (TORCH_LOGS, PYTORCH_*, thread pools): a torch rank whose environment
+# differs from the torch server's in any of them starts fresh.
+TORCH_PREFIXES = ("TORCH", "PYTORCH", "KMP_", "GOMP_", "MKL_", "OMP_")
+TORCH_PRELOAD = ("torch", "torch.distributed", "torch_npu")
+_IMPORTS_TORCH = re.compile(r"^[ \t]*(?:import|from)[ \t]+torch(?:_npu)?\b", re.MULTILINE)
+READY_TIMEOUT = 60.0
 SERVE = "from launcher.forkserver.server import serve; serve()"
 
 
 class ForkServer:
     """The launching process's handle on its server: ``spawn`` a rank, learn its exit through ``on_exit``."""
 
-    def __init__(self, python: str, startup_env: dict):
+    def __init__(self, python: str, startup_env: dict, preload: tuple = ()):
         self.python = python
-        self.startup_env = {k: startup_env.get(k) for k in STARTUP_VARS}
+        self.torch = "torch" in preload
+        self.startup_env = _startup(startup_env, self.torch)
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {k: v for k, v in startup_env.items() if k in STARTUP_VARS or k in ("PATH", "HOME", "PYTHONPATH",
-                                                                                     "TMPDIR", "LANG", "LC_ALL",
-                                                                                     "NPUSIM_FORK_PRELOAD")}
+        env = {k: v for k, v in startup_env.items() if k in self.startup_env or k in ("PATH", "HOME", "PYTHONPATH",
+                                                                                         "TMPDIR", "LANG", "LC_ALL",
+                                                                                         "NPUSIM_FORK_PRELOAD")}
+        if preload:
+            extra = env.get("NPUSIM_FORK_PRELOAD", "").split(",")
+            env["NPUSIM_FORK_PRELOAD"] = ",".join(m for m in (*preload, *extra) if m)
         env.setdefault("OMP_NUM_THREADS", "1")
         env["OPENBLAS_NUM_THREADS"] = env["MKL_NUM_THREADS"] = env["OMP_NUM_THREADS"]
         self.proc = _keeper().run(lambda: subprocess.Popen(
@@ -63,7 +73,7 @@ class ForkServer:
     def suits(self, argv, env: dict) -> bool:
         """Whether a rank with this command line and environment can be forked from this server."""
         return (self.alive and len(argv) >= 3 and argv[0] == self.python and argv[1] == "-u"
-                and all(env.get(k) == v for k, v in self.startup_env.items()))
+                and _startup(env, self.torch) == self.startup_env)
 
     def spawn(self, argv, env: dict, cwd: str, stdout_fd: int, stderr_fd: int, on_exit) -> int:
         """Fork a rank running ``argv[2:]`` (after ``python -u``); returns its pid. ``on_exit(returncode)`` is
@@ -162,7 +172,8 @@ class _Keeper:
 
 _keeper_lock = threading.Lock()
 _keeper_obj: _Keeper | None = None
-_server: ForkServer | None = None
+_server: ForkServer | None = None            # numpy, rt, hccl pre-imported: every rank
+_torch_server: ForkServer | None = None      # torch and torch_npu too: ranks of programs that import torch
 
 
 def _keeper() -> _Keeper:
@@ -173,22 +184,54 @@ def _keeper() -> _Keeper:
         return _keeper_obj
 
 
+def _startup(env: dict, torch: bool) -> dict:
+    """The variables that shape a rank's start-up (and, for torch ranks, torch's import): a rank forks from a
+    server only if they are the same for both."""
+    shaping = {k: env.get(k) for k in STARTUP_VARS}
+    if torch:
+        shaping.update({k: v for k, v in env.items() if k.startswith(TORCH_PREFIXES)})
+    return shaping
+
+
+def imports_torch(argv) -> bool:
+    """Whether the rank's program imports torch (``import torch`` / ``from torch...`` / torch_npu in a script or
+    ``-c`` code): read, never run, and only the first MiB."""
+    program = list(argv[2:])
+    if not program or program[0] == "-m":
+        return False
+    if program[0] == "-c":
+        text = program[1] if len(program) > 1 else ""
+    else:
+        try:
+            with open(program[0], "rb") as f:
+                text = f.read(1 << 20).decode("utf-8", "replace")
+        except OSError:
+            return False
+    return _IMPORTS_TORCH.search(text) is not None
+
+
 def server_for(argv, env: dict) -> ForkServer | None:
-    """This process's fork server if the rank can use it (started on first use), else None."""
-    global _server
+    """This process's fork server if the rank can use it (started on first use), else None. A program that
+    imports torch gets a server with torch and torch_npu pre-imported (``NPUSIM_FORK_TORCH=0``: the plain one)."""
+    global _server, _torch_server
     if os.environ.get("NPUSIM_FORK_SERVER", "1") == "0" or env.get("NPUSIM_FORK_SERVER") == "0":
         return None
+    torch = (os.environ.get("NPUSIM_FORK_TORCH", "1") != "0" and env.get("NPUSIM_FORK_TORCH") != "0"
+             and imports_torch(argv))
     with _keeper_lock:
-        server = _server
+        server = _torch_server if torch else _server
     if server is None or not server.alive:
         if len(argv) < 3 or argv[1] != "-u":
             return None
         try:
-            server = ForkServer(argv[0], env)
+            server = ForkServer(argv[0], env, TORCH_PRELOAD if torch else ())
         except (OSError, RuntimeError):
             return None
         with _keeper_lock:
-            old, _server = _server, server
+            if torch:
+                old, _torch_server = _torch_server, server
+            else:
+                old, _server = _server, server
         if old is not None:
             old.close()
     return server if server.suits(argv, env) else None

@@ -13,39 +13,72 @@ def test_parse_global():
     assert parse_hccl_algo("level0:NA;level1:H-D_R") == {"all": {"level0": "NA", "level1": "H-D_R"}}
     assert parse_hccl_algo(" level0:fullmesh ; level1:ring ; level2:NHR ") == {
         "all": {"level0": "fullmesh", "level1": "ring", "level2": "NHR"}}
-    assert parse_hccl_algo("level1:h-d_r") == {"all": {"level1": "H-D_R"}}  # names are case-insensitive
+    assert parse_hccl_algo("level0:NA;level1:fullmesh") == {"all": {"level0": "NA", "level1": "fullmesh"}}
+    assert parse_hccl_algo("level3:ring") == {"all": {"level3": "ring"}}        # CANN knows four levels
+
+
+@pytest.mark.parametrize("algo", ["NA", "null", "ring", "H-D_R", "fullmesh", "pipeline", "pairwise", "NHR",
+                                  "NHR_V1", "NB", "AHC", "AHC_BROKE"])
+def test_parse_takes_every_algorithm_cann_names(algo):
+    assert parse_hccl_algo(f"level0:NA;level1:{algo}")["all"]["level1"] == algo
+
+
+def test_parse_empty_means_automatic():
+    assert parse_hccl_algo("") == parse_hccl_algo("   ") == {}
 
 
 def test_parse_per_operator():
     parsed = parse_hccl_algo("allreduce=level0:NA;level1:ring/allgather=level0:NA;level1:H-D_R")
     assert parsed == {"all_reduce": {"level0": "NA", "level1": "ring"},
                       "all_gather": {"level0": "NA", "level1": "H-D_R"}}
+    assert parse_hccl_algo("others=level0:NA;level1:NB")["other"] == {"level0": "NA", "level1": "NB"}
     assert parse_hccl_algo("other=level0:NA;level1:NB")["other"] == {"level0": "NA", "level1": "NB"}
+    alltoall = parse_hccl_algo("alltoall=level0:NA;level1:pairwise")
+    assert alltoall["all_to_all"] == alltoall["all_to_all_v"] == {"level0": "NA", "level1": "pairwise"}
+    # a later setting of the same operator wins, as in CANN
+    assert parse_hccl_algo("allreduce=level1:ring/allreduce=level1:H-D_R")["all_reduce"] == {"level1": "H-D_R"}
+    for op in ("send", "receive", "sendrecv", "gather"):          # accepted; nothing to choose for them here
+        parse_hccl_algo(f"{op}=level0:NA;level1:ring")
 
 
 @pytest.mark.parametrize("text,bad_part", [
     ("level0:NA;level1:foo", "level1:foo"),
-    ("level3:ring", "level3:ring"),
+    ("level4:ring", "level4:ring"),
     ("level1ring", "level1ring"),
-    ("allreduce=level0:NA;level1:ring/gather=level1:ring", "gather=level1:ring"),
-    ("allreduce=level1:ring/allreduce=level1:H-D_R", "allreduce=level1:H-D_R"),
+    ("level1:h-d_r", "level1:h-d_r"),                              # names are case-sensitive, as in CANN
+    ("Level1:ring", "Level1:ring"),
+    ("allreduce=level0:NA;level1:ring/barrier=level1:ring", "barrier=level1:ring"),
+    ("AllReduce=level1:ring", "AllReduce=level1:ring"),
     ("level0:mesh", "level0:mesh"),
     ("level1:ring;level1:H-D_R", "level1:H-D_R"),
     ("allreduce=", "allreduce="),
+    ("=level1:ring", "=level1:ring"),
+    ("level0:NA;", ""),
+    (";level1:ring", ""),
+    ("level1:", "level1:"),
+    (":ring", ":ring"),
+    ("level0:NA;level1:ring;level2:ring;level3:ring;level0:NA",
+     "level0:NA;level1:ring;level2:ring;level3:ring;level0:NA"),
+    ("allreduce=level0:null;level1:ring", "allreduce=level0:null;level1:ring"),
 ])
 def test_parse_rejects_bad_text_naming_the_part(text, bad_part):
     with pytest.raises(HcclError) as e:
         parse_hccl_algo(text)
     assert e.value.code == HCCL_E_PARA
-    assert repr(bad_part) in str(e.value)
+    assert repr(bad_part) in str(e.value) and "EI0001" in str(e.value)
+    assert "expected level0:NA;level1:<algo> or <op0>=level0:NA;level1:<algo0>/" in str(e.value)
 
 
-def test_parse_rejects_empty_and_mixed():
-    for text in ("", "   "):
-        with pytest.raises(HcclError):
-            parse_hccl_algo(text)
+def test_parse_rejects_mixed_and_repeated_global():
     with pytest.raises(HcclError, match="mixes a global setting"):
         parse_hccl_algo("level1:ring/allreduce=level1:H-D_R")
+    with pytest.raises(HcclError, match="global setting is given twice"):
+        parse_hccl_algo("level1:ring/level1:H-D_R")
+    for bad in ("/level1:ring", "level1:ring/", "allreduce=level1:ring//allgather=level1:ring"):
+        with pytest.raises(HcclError):
+            parse_hccl_algo(bad)
+    with pytest.raises(HcclError):
+        parse_hccl_algo(None)
 
 
 def test_choose_one_node_by_size():
@@ -76,6 +109,24 @@ def test_choose_hccl_algo_overrides():
     assert choose("all_reduce", 8, 100, hccl_algo="level0:ring;level1:NA")[0] == "ring"
     algo, params = choose("all_reduce", 16, 100, nodes=2, hccl_algo="level0:NA;level1:NHR")
     assert params["level1"] == "hd" and "NHR is not implemented" in params["note"]
+
+
+def test_choose_maps_cann_names_onto_npusim_algorithms():
+    # torch_npu's own tests set level1:fullmesh: on one node level1 has nothing to choose (automatic mesh) ...
+    assert choose("all_reduce", 8, 100, hccl_algo="level0:NA;level1:fullmesh")[0] == "mesh"
+    assert choose("all_reduce", 8, 100, topology="2x4", hccl_algo="level0:NA;level1:fullmesh")[0] == "hierarchical"
+    # ... across nodes it is one mesh over every rank
+    algo, params = choose("all_reduce", 16, 100, nodes=2, hccl_algo="level0:NA;level1:fullmesh")
+    assert algo == "mesh" and "one mesh over every rank" in params["reason"]
+    assert choose("all_reduce", 8, 100, hccl_algo="level0:H-D_R")[0] == "hd"
+    algo, params = choose("all_gather", 8, 100, hccl_algo="level0:pipeline")
+    assert algo == "ring" and "pipeline is not implemented" in params["note"]
+    algo, params = choose("all_reduce", 16, 100, nodes=2, hccl_algo="level0:NA;level1:pipeline")
+    assert (algo, params["level1"]) == ("hierarchical", "ring")
+    assert choose("all_to_all", 16, 100, nodes=2, hccl_algo="alltoall=level0:NA;level1:pairwise")[0] == "mesh"
+    assert choose("all_reduce", 16, 100, nodes=2, hccl_algo="level0:NA;level1:null")[1]["level1"] == "hd"
+    assert choose("broadcast", 16, 100, nodes=2, hccl_algo="allreduce=level1:ring/others=level1:ring")[1][
+        "level1"] == "ring"
 
 
 def test_choose_falls_back_and_says_so():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import glob
 import os
+import select
 import socket
 import threading
 import time
@@ -134,31 +135,51 @@ def _stop_hosted() -> None:
     if cards is None:
         return
     from rt.ray import session
-    import psutil
     if rt.is_initialized():
         rt.finalize()
     others = []
     for path in glob.glob(os.path.join(cards.socket_dir, "torch-rank-*.pid")):
         try:
             pid = int(open(path).read())
-            if pid != os.getpid():
-                others.append(psutil.Process(pid))
-        except (OSError, ValueError, psutil.Error):
+        except (OSError, ValueError):
             continue
-    alive = [p for p in others if _running(p)]
-    if alive:
-        _, alive = psutil.wait_procs(alive, timeout=2.0)    # the usual case: they end with us
+        if pid != os.getpid():
+            others.append(pid)
+    alive = _wait_gone(others, 2.0)                         # the usual case: they end with us
     if alive:
         print(f"npusim: rank 0 hosts this job's cards; waiting up to {EXIT_WAIT:g} s for the other ranks (pids "
-              f"{sorted(p.pid for p in alive)}) to exit before stopping them", flush=True)
-        psutil.wait_procs(alive, timeout=EXIT_WAIT)
+              f"{sorted(alive)}) to exit before stopping them", flush=True)
+        _wait_gone(alive, EXIT_WAIT)
     session.destroy_cards(cards)
     session.stop_ray()
 
 
-def _running(proc) -> bool:
-    import psutil
+def _wait_gone(pids, timeout: float) -> list[int]:
+    """Wait until every process in ``pids`` has exited; returns the pids still running after ``timeout``.
+
+    A process that exited counts as gone even while it is a zombie waiting for its parent's ``wait`` — a pidfd
+    becomes readable at exit, not at reaping. That matters for ranks started by ``torch.multiprocessing``: the
+    parent joins rank 0 first, so rank 1 stays a zombie until rank 0 (waiting here) is gone."""
+    fds: dict[int, int] = {}
+    for pid in pids:
+        try:
+            fds[os.pidfd_open(pid)] = pid
+        except OSError:
+            continue                                        # already reaped
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    deadline = time.monotonic() + timeout
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+        while fds:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for fd, _ in poller.poll(left * 1000):
+                poller.unregister(fd)
+                os.close(fd)
+                fds.pop(fd)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return sorted(fds.values())

@@ -1,12 +1,16 @@
 """``ProcessGroupHCCL``: the c10d backend registered as ``"hccl"``, running torch's collectives on npusim cards.
 
-``init_process_group("hccl")`` (``env://``, ``tcp://``, a store; under ``launch``, ``torchrun`` or by hand)
-creates one per group: the rank's card is ``torch.npu.set_device``'s, else ``LOCAL_RANK``'s; group rank 0
-creates an HCCL communicator and shares its root info through the c10d store, every rank joins it
-(``hccl.comm_init_root_info_config``, with the group's timeout as HCCL's execution timeout). Each collective
-copies the tensors into card memory, runs npusim's HCCL there and copies the result back — so npusim's
-checks apply to torch programs too: a rank that calls a different collective, count or dtype is named, a
-rank that exited fails its peers' next collective within a second (``EI0002`` ... ``rank 1 is gone``).
+``init_process_group("hccl")`` (``env://``, ``tcp://``, a store; under ``launch``, ``torchrun``,
+``torch.multiprocessing`` or by hand) creates one per group: the rank's card is ``torch.npu.set_device``'s, else
+``LOCAL_RANK``'s; group rank 0 creates an HCCL communicator and shares its root info through the c10d store,
+every rank joins it (``hccl.comm_init_root_info_config``, with the group's timeout as HCCL's execution timeout).
+
+Each method takes the argument forms torch_npu's ProcessGroupHCCL takes and refuses what it refuses, with its
+exception types and texts (``checks.py``), in the calling thread; the collective itself then runs in the group's
+executor (``collectives.py``): the tensors are copied into card memory, npusim's HCCL runs there and the result
+is copied back — so npusim's checks apply to torch programs too: a rank that calls a different collective, count
+or dtype is named, a rank that exited fails its peers' next collective within a second (``EI0002`` ... ``rank 1
+is gone``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import datetime
 import itertools
 import threading
+import warnings
 import weakref
 
 import torch
@@ -22,14 +27,19 @@ import torch.distributed as dist
 import hccl
 import rt
 
-from . import bootstrap
-from .tensors import check, download, hccl_dtype, reduce_op, same_as, single, upload
+from . import bootstrap, checks
+from . import collectives as run
+from .errors import NOT_SUPPORT, PARAM, TYPE, fail
 from .work import Executor, Work
 
 BACKEND = "hccl"
 ROOT_KEY = "npusim/hccl_root_info"
 _groups: "weakref.WeakSet[ProcessGroupHCCL]" = weakref.WeakSet()
 _tags = itertools.count()
+
+
+def _rop(opts):
+    return opts.reduceOp if opts is not None else dist.ReduceOp.SUM
 
 
 class ProcessGroupHCCL(dist.ProcessGroup):
@@ -45,6 +55,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
             store.set(ROOT_KEY, hccl.get_root_info().to_bytes())
         root = store.get(ROOT_KEY)
         self.comm = hccl.comm_init_root_info_config(size, root, rank, {"exec_timeout": self.timeout})
+        self.self_channel = run.SelfChannel()
         self._seq = itertools.count(1)
         self._main = Executor(self.ctx, f"hccl-{self.group_tag}")
         self._p2p: dict[tuple[str, int], Executor] = {}
@@ -63,16 +74,22 @@ class ProcessGroupHCCL(dist.ProcessGroup):
 
     def _submit(self, op: str, result: list, fn, executor: Executor | None = None) -> Work:
         work = Work(self, op, next(self._seq), result, self.timeout)
-        return (executor or self._main).submit(work, fn)
+        return (executor or self._main).submit(work, lambda ex: fn(self, ex))
 
     def _peer_executor(self, direction: str, peer: int) -> Executor:
-        if not isinstance(peer, int) or not 0 <= peer < self._size or peer == self._rank:
-            raise ValueError(f"hccl {direction}: peer rank {peer!r} must be another rank of the group [0, {self._size})")
+        if not isinstance(peer, int) or not 0 <= peer < self._size:
+            fail(f"Invalid {'destination' if direction == 'send' else 'source'} rank {peer!r}: the group has ranks "
+                 f"[0, {self._size})", PARAM)
         with self._p2p_lock:
             ex = self._p2p.get((direction, peer))
             if ex is None:
                 ex = self._p2p[(direction, peer)] = Executor(self.ctx, f"hccl-{self.group_tag}-{direction}-{peer}")
             return ex
+
+    def _root(self, root: int) -> int:
+        if not 0 <= root < self._size:
+            fail(f"invalid root rank: {root}", PARAM)
+        return root
 
     def drain(self, timeout: float) -> bool:
         return all(ex.drain(timeout) for ex in [self._main, *self._p2p.values()])
@@ -90,223 +107,188 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         self.shutdown()
 
     # -- reductions ------------------------------------------------------------------------------------
-    def _reduce_into(self, ex, t: torch.Tensor, rop, root=None) -> None:
-        code, average = reduce_op(rop, t, "all_reduce" if root is None else "reduce")
-        ptr = upload(ex, "in", [t])
-        if root is None:
-            hccl.all_reduce(ptr, ptr, t.numel(), hccl_dtype(t, "all_reduce"), code, self.comm, ex.stream)
-        else:
-            hccl.reduce(ptr, ptr, t.numel(), hccl_dtype(t, "reduce"), code, root, self.comm, ex.stream)
-        if root is None or root == self._rank:
-            download(ex, ptr, [t])
-            if average:
-                t.div_(self._size)
-        else:
-            rt.synchronize_stream(ex.stream)
+    def _reducible(self, t: torch.Tensor, rop, function: str) -> None:
+        checks.dtype(t)
+        if t.dtype not in (torch.bool, torch.uint8):               # reduced as int32 (torch_npu casts them)
+            checks.reducible(t, function)
+        checks.reduce_op(rop, t)
 
     def allreduce(self, tensors, opts=None) -> Work:
-        t = single(tensors, "all_reduce")
-        rop = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        reduce_op(rop, t, "all_reduce")
-        return self._submit("all_reduce", [t], lambda ex: self._reduce_into(ex, t, rop))
+        t, rop = checks.one_per_process(tensors), _rop(opts)
+        self._reducible(t, rop, "allreduce")
+        return self._submit("all_reduce", [t], lambda pg, ex: run.reduce(pg, ex, t, rop))
 
     def allreduce_coalesced(self, tensors, opts=None) -> Work:
-        tensors = [check(t, "all_reduce_coalesced", f"tensors[{i}]") for i, t in enumerate(tensors)]
-        rop = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        tensors, rop = checks.same_device(tensors), _rop(opts)
+        for t in tensors:
+            self._reducible(t, rop, "allreduce_coalesced")
 
-        def run(ex):
+        def all_of_them(pg, ex):
             for t in tensors:
-                self._reduce_into(ex, t, rop)
-        return self._submit("all_reduce_coalesced", tensors, run)
+                run.reduce(pg, ex, t, rop)
+        return self._submit("all_reduce_coalesced", tensors, all_of_them)
 
     def reduce(self, tensors, opts=None) -> Work:
-        t = single(tensors, "reduce")
-        root = self._root(opts, "reduce")
-        rop = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        reduce_op(rop, t, "reduce")
-        return self._submit("reduce", [t], lambda ex: self._reduce_into(ex, t, rop, root))
-
-    def _root(self, opts, op) -> int:
-        root = opts.rootRank if opts is not None else 0
-        if not 0 <= root < self._size:
-            raise ValueError(f"hccl {op}: root rank {root} is outside the group [0, {self._size})")
-        return root
+        t, rop = checks.one_per_process(tensors), _rop(opts)
+        root = self._root(opts.rootRank if opts is not None else 0)
+        self._reducible(t, rop, "reduce")
+        return self._submit("reduce", [t], lambda pg, ex: run.reduce(pg, ex, t, rop, root))
 
     def broadcast(self, tensors, opts=None) -> Work:
-        t = single(tensors, "broadcast")
-        root = self._root(opts, "broadcast")
+        t = checks.one_per_process(tensors)
+        checks.dtype(t)
+        root = self._root(opts.rootRank if opts is not None else 0)
+        return self._submit("broadcast", [t], lambda pg, ex: run.broadcast(pg, ex, t, root))
 
-        def run(ex):
-            ptr = upload(ex, "in", [t]) if self._rank == root else ex.buffer("in", t.numel() * t.element_size())
-            hccl.broadcast(ptr, t.numel(), hccl_dtype(t, "broadcast"), root, self.comm, ex.stream)
-            if self._rank != root:
-                download(ex, ptr, [t])
-            else:
-                rt.synchronize_stream(ex.stream)
-        return self._submit("broadcast", [t], run)
-
-    # -- gathers and scatters ------------------------------------------------------------------------------
-    def _all_gather(self, ex, inp: torch.Tensor, outs) -> None:
-        n = inp.numel() * inp.element_size()
-        send = upload(ex, "in", [inp])
-        recv = ex.buffer("out", n * self._size)
-        hccl.all_gather(send, recv, inp.numel(), hccl_dtype(inp, "all_gather"), self.comm, ex.stream)
-        if outs is None:
-            rt.synchronize_stream(ex.stream)
-        else:
-            download(ex, recv, outs)
-
+    # -- gathers -------------------------------------------------------------------------------------------
     def allgather(self, output_tensors, input_tensors, opts=None) -> Work:
-        inp = single(input_tensors, "all_gather")
-        outs = same_as(single_list(output_tensors, "all_gather"), inp, self._size, "all_gather", "output_tensor_list")
-        return self._submit("all_gather", [outs], lambda ex: self._all_gather(ex, inp, outs))
+        if len(output_tensors) != 1:
+            fail("Tensor list operands to scatter/gather must have the same length", PARAM)
+        outs = checks.same_device(output_tensors[-1])
+        inp = checks.one_per_process(input_tensors)
+        checks.dtype(inp)
+        if all(o.numel() == outs[0].numel() for o in outs):
+            checks.gather_list(outs, inp, self._size)
+        else:                                                       # torch_npu's AllGatherV
+            if len(outs) != self._size:
+                fail("Tensor list input to scatter/gather must match number of collective participants", PARAM)
+            if outs[0].device != inp.device:
+                fail("Corresponding input/output tensors to scatter/gather must all reside on the same device",
+                     PARAM)
+            if outs[self._rank].numel() != inp.numel():
+                fail(f"output tensor {self._rank} (this rank's) must have the input's {inp.numel()} elements, not "
+                     f"{outs[self._rank].numel()}", PARAM)
+        if outs[0].dtype != inp.dtype:
+            fail("output tensor must have the same type as input tensor", PARAM)
+        return self._submit("all_gather", [outs], lambda pg, ex: run.all_gather(pg, ex, inp, outs))
 
-    def all_gather_single(self, output, input, opts=None) -> Work:   # noqa: A002 - c10d's names
-        inp, out = check(input, "all_gather_into_tensor", "input"), check(output, "all_gather_into_tensor", "output")
-        _sizes(out, inp, self._size, "all_gather_into_tensor")
-        return self._submit("all_gather_into_tensor", [out], lambda ex: self._all_gather(ex, inp, [out]))
+    def _allgather_base(self, output, input, opts=None) -> Work:     # noqa: A002 - c10d's names
+        if input.dtype != output.dtype:
+            fail("output tensor must have the same type as input tensor", PARAM)
+        if input.numel() * self._size != output.numel():
+            fail("output tensor size must be equal to world_size times input tensor size", PARAM)
+        inp, out = checks.one_per_process([input]), checks.one_per_process([output])
+        checks.dtype(inp)
+        blocks = list(out.reshape(self._size, inp.numel()).unbind(0))    # rank r's block is row r (a view)
+        return self._submit("all_gather_into_tensor", [out], lambda pg, ex: run.all_gather(pg, ex, inp, blocks))
 
-    _allgather_base = all_gather_single
+    all_gather_single = _allgather_base
 
     def gather(self, output_tensors, input_tensors, opts=None) -> Work:
-        inp = single(input_tensors, "gather")
-        root = self._root(opts, "gather")
-        outs = None
+        root = opts.rootRank if opts is not None else 0
+        if not 0 <= root < self._size:
+            fail(f"ProcessGroupHCCL::gather: invalid root rank: {root}", PARAM, ValueError)
+        inp = checks.one_per_process(input_tensors)
+        checks.dtype(inp)
+        outs = checks.root_list(output_tensors, inp, self._size, self._rank, root, "gather", "output")
         if self._rank == root:
-            outs = same_as(single_list(output_tensors, "gather"), inp, self._size, "gather", "gather_list")
-        return self._submit("gather", [outs or []], lambda ex: self._all_gather(ex, inp, outs))
+            warnings.warn("HCCL doesn't support gather at the moment. Implemented with allgather instead.",
+                          stacklevel=2)
+        return self._submit("gather", [outs], lambda pg, ex: run.all_gather(pg, ex, inp, outs or None))
 
-    def _reduce_scatter(self, ex, ins, out, rop) -> None:
-        code, average = reduce_op(rop, out, "reduce_scatter")
-        send = upload(ex, "in", ins)
-        recv = ex.buffer("out", out.numel() * out.element_size())
-        hccl.reduce_scatter(send, recv, out.numel(), hccl_dtype(out, "reduce_scatter"), code, self.comm, ex.stream)
-        download(ex, recv, [out])
-        if average:
-            out.div_(self._size)
-
+    # -- scatters ------------------------------------------------------------------------------------------
     def reduce_scatter(self, output_tensors, input_tensors, opts=None) -> Work:
-        out = single(output_tensors, "reduce_scatter")
-        ins = same_as(single_list(input_tensors, "reduce_scatter"), out, self._size, "reduce_scatter", "input_list")
-        rop = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        reduce_op(rop, out, "reduce_scatter")
-        return self._submit("reduce_scatter", [out], lambda ex: self._reduce_scatter(ex, ins, out, rop))
+        out, rop = checks.one_per_process(output_tensors), _rop(opts)
+        if len(input_tensors) != 1:
+            fail("Tensor list operands to reduce_scatter must have the same length", PARAM)
+        ins = checks.same_device(input_tensors[-1])
+        checks.reduce_scatter_devices(ins, out)
+        self._reducible_rs(ins[0], out, rop, "reduce_scatter")
+        if len(ins) != self._size:
+            fail("Tensor list input to scatter/gather must match number of collective participants", PARAM)
+        if ins[self._rank].numel() != out.numel():                  # even, or torch_npu's ReduceScatterV
+            fail(f"input tensor {self._rank} (this rank's) must have the output's {out.numel()} elements, not "
+                 f"{ins[self._rank].numel()}", PARAM)
+        return self._submit("reduce_scatter", [out], lambda pg, ex: run.reduce_scatter(pg, ex, ins, out, rop))
 
-    def reduce_scatter_single(self, output, input, opts=None) -> Work:   # noqa: A002
-        out, inp = check(output, "reduce_scatter_tensor", "output"), check(input, "reduce_scatter_tensor", "input")
-        _sizes(inp, out, self._size, "reduce_scatter_tensor")
-        rop = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
-        reduce_op(rop, out, "reduce_scatter_tensor")
-        return self._submit("reduce_scatter_tensor", [out], lambda ex: self._reduce_scatter(ex, [inp], out, rop))
+    def _reduce_scatter_base(self, output, input, opts=None) -> Work:  # noqa: A002 - c10d's names
+        inp, rop = checks.single(input), _rop(opts)
+        if input.dtype != output.dtype:
+            fail("input tensor must be the same type as the output tensor.", TYPE)
+        if input.numel() != output.numel() * self._size:
+            fail("input tensor must be the same size as output size times world size", PARAM)
+        out = checks.single(output)
+        self._reducible_rs(inp, out, rop, "_reduce_scatter_base")
+        blocks = list(inp.reshape(self._size, out.numel()).unbind(0))     # rank r's block is row r
+        return self._submit("reduce_scatter_tensor", [out],
+                            lambda pg, ex: run.reduce_scatter(pg, ex, blocks, out, rop))
 
-    _reduce_scatter_base = reduce_scatter_single
+    reduce_scatter_single = _reduce_scatter_base
+
+    def _reducible_rs(self, inp: torch.Tensor, out: torch.Tensor, rop, function: str) -> None:
+        checks.reducible(inp, function)                             # no int32 detour for reduce_scatter
+        checks.reduce_op(rop, inp)
+        if out.dtype != inp.dtype:
+            fail("input tensor must be the same type as the output tensor.", TYPE)
 
     def scatter(self, output_tensors, input_tensors, opts=None) -> Work:
-        out = single(output_tensors, "scatter")
-        root = self._root(opts, "scatter")
-        ins = same_as(single_list(input_tensors, "scatter"), out, self._size, "scatter", "scatter_list") \
-            if self._rank == root else []
-
-        def run(ex):
-            n = out.numel() * out.element_size()
-            send = upload(ex, "in", ins) if ins else 0
-            recv = ex.buffer("out", n)
-            hccl.scatter(send, recv, out.numel(), hccl_dtype(out, "scatter"), root, self.comm, ex.stream)
-            download(ex, recv, [out])
-        return self._submit("scatter", [out], run)
+        root = opts.rootRank if opts is not None else 0
+        if not 0 <= root < self._size:
+            fail(f"ProcessGroupHCCL::scatter: invalid root rank: {root}", PARAM, ValueError)
+        out = checks.one_per_process(output_tensors)
+        checks.dtype(out)
+        ins = checks.root_list(input_tensors, out, self._size, self._rank, root, "scatter", "input")
+        return self._submit("scatter", [out], lambda pg, ex: run.scatter(pg, ex, ins, out, root))
 
     # -- all to all ------------------------------------------------------------------------------------------
-    def _all_to_all(self, ex, ins, outs, send_counts, recv_counts, code) -> None:
-        sdispls = [sum(send_counts[:i]) for i in range(self._size)]
-        rdispls = [sum(recv_counts[:i]) for i in range(self._size)]
-        send = upload(ex, "in", ins)
-        recv = ex.buffer("out", max(sum(t.numel() * t.element_size() for t in outs), 1))
-        hccl.all_to_all_v(send, send_counts, sdispls, code, recv, recv_counts, rdispls, code, self.comm, ex.stream)
-        download(ex, recv, outs)
-
     def alltoall(self, output_tensors, input_tensors, opts=None) -> Work:
-        ins = [check(t, "all_to_all", f"input_tensor_list[{i}]") for i, t in enumerate(input_tensors)]
-        outs = [check(t, "all_to_all", f"output_tensor_list[{i}]") for i, t in enumerate(output_tensors)]
-        if len(ins) != self._size or len(outs) != self._size:
-            raise ValueError(f"hccl all_to_all: input and output lists need one tensor per rank ({self._size}), "
-                             f"got {len(ins)} and {len(outs)}")
+        if len(output_tensors) != self._size:
+            fail("the size of output_tensors and worldsize must equal", PARAM)
+        if len(output_tensors) != len(input_tensors):
+            fail("the size of input_tensors and output_tensors must equal", PARAM)
+        device = output_tensors[0].device
+        for o, i in zip(output_tensors, input_tensors):
+            checks.single(o)
+            checks.single(i)
+            if o.device != device or i.device != device:
+                fail("tensors must be on the same device", PARAM)
+        ins, outs = list(input_tensors), list(output_tensors)
         if len({t.dtype for t in ins + outs}) != 1:
-            raise ValueError(f"hccl all_to_all: all tensors must have one dtype, got {sorted({str(t.dtype) for t in ins + outs})}")
-        code = hccl_dtype(ins[0], "all_to_all")
-        return self._submit("all_to_all", outs, lambda ex: self._all_to_all(
-            ex, ins, outs, [t.numel() for t in ins], [t.numel() for t in outs], code))
+            fail("Tensors are not equal in size or data type", PARAM)
+        checks.dtype(ins[0])
+        return self._submit("all_to_all", outs, lambda pg, ex: run.all_to_all(
+            pg, ex, ins, outs, [t.numel() for t in ins], [t.numel() for t in outs]))
 
-    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None) -> Work:  # noqa: A002
-        out, inp = check(output, "all_to_all_single", "output"), check(input, "all_to_all_single", "input")
-        if out.dtype != inp.dtype:
-            raise ValueError(f"hccl all_to_all_single: output is {out.dtype}, input is {inp.dtype}")
-        send = _splits(inp, input_split_sizes, self._size, "input_split_sizes")
-        recv = _splits(out, output_split_sizes, self._size, "output_split_sizes")
-        code = hccl_dtype(inp, "all_to_all_single")
-        return self._submit("all_to_all_single", [out], lambda ex: self._all_to_all(ex, [inp], [out], send, recv, code))
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None) -> Work:  # noqa: A002
+        out, inp = checks.single(output), checks.single(input)
+        if (not output_split_sizes and not input_split_sizes and out.numel() != inp.numel()) or out.dtype != inp.dtype:
+            fail("Tensors are not equal in size or data type", PARAM)
+        checks.dtype(inp)
+        send = checks.splits(inp, input_split_sizes, self._size)
+        recv = checks.splits(out, output_split_sizes, self._size)
+        row_in = inp.numel() // inp.shape[0] if inp.shape[0] else 0
+        row_out = out.numel() // out.shape[0] if out.shape[0] else 0
+        return self._submit("all_to_all_single", [out], lambda pg, ex: run.all_to_all(
+            pg, ex, [inp], [out], [s * row_in for s in send], [s * row_out for s in recv]))
 
-    alltoall_base = all_to_all_single
+    all_to_all_single = alltoall_base
 
     # -- point to point and barrier --------------------------------------------------------------------------
     def send(self, tensors, dstRank, tag=0) -> Work:          # noqa: N803 - c10d's names
-        t = single(tensors, "send")
+        t = checks.one_per_process(tensors)
+        checks.dtype(t)
         ex = self._peer_executor("send", dstRank)
-
-        def run(ex):
-            ptr = upload(ex, "in", [t])
-            hccl.send(ptr, t.numel(), hccl_dtype(t, "send"), dstRank, self.comm, ex.stream)
-            rt.synchronize_stream(ex.stream)
-        return self._submit("send", [t], run, ex)
+        return self._submit("send", [t], lambda pg, ex: run.send(pg, ex, t, dstRank), ex)
 
     def recv(self, tensors, srcRank, tag=0) -> Work:          # noqa: N803
-        t = single(tensors, "recv")
+        t = checks.one_per_process(tensors)
+        checks.dtype(t)
         ex = self._peer_executor("recv", srcRank)
-
-        def run(ex):
-            ptr = ex.buffer("in", t.numel() * t.element_size())
-            hccl.recv(ptr, t.numel(), hccl_dtype(t, "recv"), srcRank, self.comm, ex.stream)
-            download(ex, ptr, [t])
-        return self._submit("recv", [t], run, ex)
+        return self._submit("recv", [t], lambda pg, ex: run.recv(pg, ex, t, srcRank), ex)
 
     def recv_anysource(self, tensors, tag=0) -> Work:
-        raise RuntimeError("hccl recv: receiving from any source is not supported (HCCL has no wildcard recv); "
-                           "pass src")
+        fail("ProcessGroupHCCL does not support recv", NOT_SUPPORT)
+
+    recvAnysource = recv_anysource                           # noqa: N815 - c10d's name
 
     def barrier(self, opts=None) -> Work:
-        def run(ex):
-            hccl.barrier(self.comm, ex.stream)
+        def wait_for_all(pg, ex):
+            hccl.barrier(pg.comm, ex.stream)
             rt.synchronize_stream(ex.stream)
-        return self._submit("barrier", [], run)
+        return self._submit("barrier", [], wait_for_all)
 
     def __repr__(self) -> str:
         return f"ProcessGroupHCCL(rank={self._rank}, size={self._size}, card={self.device})"
-
-
-def single_list(tensor_lists, op: str) -> list:
-    """The one inner list of a c10d list-of-lists argument."""
-    if not isinstance(tensor_lists, (list, tuple)) or len(tensor_lists) != 1:
-        raise ValueError(f"hccl {op}: expecting exactly one tensor list")
-    return tensor_lists[0]
-
-
-def _sizes(big: torch.Tensor, small: torch.Tensor, n: int, op: str) -> None:
-    if big.dtype != small.dtype or big.numel() != small.numel() * n:
-        raise ValueError(f"hccl {op}: the large tensor ({big.dtype}[{big.numel()}]) must hold group size ({n}) times "
-                         f"the small one ({small.dtype}[{small.numel()}])")
-
-
-def _splits(t: torch.Tensor, splits, n: int, what: str) -> list[int]:
-    """Element counts per rank from dim-0 split sizes (even when empty)."""
-    rows = t.shape[0] if t.dim() else 1
-    per_row = t.numel() // rows if rows else 0
-    if not splits:
-        if rows % n:
-            raise ValueError(f"hccl all_to_all_single: dim 0 ({rows}) is not divisible by the group size ({n})")
-        return [rows // n * per_row] * n
-    splits = [int(s) for s in splits]
-    if len(splits) != n or sum(splits) != rows or min(splits) < 0:
-        raise ValueError(f"hccl all_to_all_single: {what} {splits} must be {n} sizes summing to dim 0 ({rows})")
-    return [s * per_row for s in splits]
 
 
 def wait_all_groups(timeout: float = 1836.0) -> None:
@@ -320,8 +302,8 @@ def _create(store, rank, size, timeout):
 
 
 def register() -> None:
-    """Register the backend (idempotent): ``init_process_group("hccl")``."""
+    """Register the backend (idempotent): ``init_process_group("hccl")``, for ``npu`` and ``cpu`` tensors
+    (``checks.py`` says why CPU tensors are served)."""
     if BACKEND.upper() in dist.Backend._plugins:
         return
     dist.Backend.register_backend(BACKEND, _create, devices=["npu", "cpu"])
-

@@ -117,6 +117,7 @@ class Executor:
         return ptr
 
     def _run(self) -> None:
+        torch.set_grad_enabled(False)       # c10d writes results under autograd's radar, as the C++ backends do
         rt.set_context(self.ctx)
         self.stream = rt.create_stream()
         self._started.set()

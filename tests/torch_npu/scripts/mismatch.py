@@ -12,5 +12,6 @@ dist.init_process_group("hccl")
 rank = dist.get_rank()
 torch.npu.set_device(rank)
 kind = sys.argv[1]
-t = torch.ones(4 + rank if kind == "size" else 4, dtype=torch.float16 if kind == "dtype" and rank else torch.float32)
+dtype = torch.float16 if kind == "dtype" and rank else torch.float32
+t = torch.ones(4 + rank if kind == "size" else 4, dtype=dtype).npu()
 dist.all_reduce(t, op=dist.ReduceOp.MAX if kind == "op" and rank else dist.ReduceOp.SUM)

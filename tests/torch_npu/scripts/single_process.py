@@ -11,13 +11,10 @@ assert torch.npu is torch_npu.npu and torch.npu.is_available()
 assert torch.npu.device_count() == int(os.environ["EXPECT_DEVICES"]), torch.npu.device_count()
 assert torch.npu.current_device() == 0
 
-# npu device names give CPU tensors tied to the card
+# npu device names work (what they give is torch_npu/devices.py's business, tested with it)
 t = torch.ones(3).npu()
-assert t.device.type == "cpu"
-assert torch.ones(2, device="npu").device.type == "cpu" and torch.zeros(2, device=torch.device("npu", 1)).device.type == "cpu"
-assert torch.randn(4, 3).to("npu:0").device.type == "cpu" and torch.randn(2).to(device="npu", dtype=torch.float64).dtype == torch.float64
 model = torch.nn.Linear(3, 2).to(torch.device("npu:0"))
-assert next(model.parameters()).device.type == "cpu" and model.npu() is model
+assert model.npu() is model
 
 for bad in (-1, 99, "cuda:0", "npu:x", True):
     try:
@@ -31,9 +28,9 @@ assert torch.npu.current_device() == 1
 
 dist.init_process_group("hccl", store=dist.HashStore(), rank=0, world_size=1)
 assert dist.get_backend() == "hccl"
-x = torch.arange(5.)
+x = torch.arange(5.).npu()
 dist.all_reduce(x)
-assert x.tolist() == [0, 1, 2, 3, 4]
+assert x.cpu().tolist() == [0, 1, 2, 3, 4]
 torch.npu.synchronize()
 
 
@@ -42,21 +39,33 @@ def refused(fn, exc, words):
         fn()
     except exc as e:
         assert all(w in str(e) for w in words), (words, str(e))
+        assert type(e) is exc, (exc, type(e), str(e))
     else:
         raise AssertionError(f"no {exc.__name__} with {words}")
 
 
-refused(lambda: dist.all_reduce(torch.rand(2, 3).T), ValueError, ["Tensors must be contiguous"])
-refused(lambda: dist.reduce_scatter(torch.tensor(2.), [torch.tensor(float(i)) for i in range(3)]), ValueError,
-        ["must match number of collective participants"])
-refused(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND), ValueError,
-        ["ReduceOp.BAND is not supported"])
-refused(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.AVG), ValueError,
-        ["AVG needs a floating-point tensor"])
-refused(lambda: dist.recv(torch.zeros(1)), RuntimeError, ["any source is not supported"])
-refused(lambda: dist.all_gather([torch.zeros(2), torch.zeros(2)], torch.ones(2)), ValueError,
-        ["one per rank of the group (1)"])
-refused(lambda: dist.all_gather_into_tensor(torch.zeros(3), torch.ones(2)), ValueError, ["group size (1) times"])
-refused(lambda: dist.all_reduce(torch.ones(2, dtype=torch.complex128), op=dist.ReduceOp.MAX), ValueError, ["complex"])
+# ProcessGroupHCCL's own checks and texts, each ending with torch_npu's error-code line
+refused(lambda: dist.all_reduce(torch.rand(2, 3).npu().T), RuntimeError, ["Tensors must be contiguous\n[ERROR] ",
+                                                                          "ERR02002 DIST invalid type"])
+refused(lambda: dist.reduce_scatter(torch.tensor(2.).npu(), [torch.tensor(float(i)).npu() for i in range(3)]),
+        RuntimeError, ["Tensor list input to scatter/gather must match number of collective participants"])
+refused(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32).npu(), op=dist.ReduceOp.BAND), RuntimeError,
+        ["Cannot use ReduceOp.BAND with HCCL", "ERR02007 DIST feature not supported"])
+refused(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32).npu(), op=dist._make_nccl_premul_sum(2.0)),
+        RuntimeError, ["PreMulSum Data type must be half, float, bfloat16 or double"])
+refused(lambda: dist.all_reduce(torch.ones(2, dtype=torch.float64).npu()), RuntimeError,
+        ["HCCL allreduce: Unsupported data type at::kDouble"])
+refused(lambda: dist.recv(torch.zeros(1).npu()), RuntimeError, ["ProcessGroupHCCL does not support recv"])
+refused(lambda: dist.all_gather([torch.zeros(2).npu(), torch.zeros(2).npu()], torch.ones(2).npu()), RuntimeError,
+        ["Tensor list input to scatter/gather must match number of collective participants"])
+refused(lambda: dist.all_gather_into_tensor(torch.zeros(3).npu(), torch.ones(2).npu()), RuntimeError,
+        ["output tensor size must be equal to world_size times input tensor size"])
+refused(lambda: dist.all_reduce(torch.ones(2, dtype=torch.complex128).npu(), op=dist.ReduceOp.MAX), ValueError,
+        ["complex"])
+os.environ["TORCH_NPU_COMPACT_ERROR_OUTPUT"] = "1"
+try:
+    dist.all_reduce(torch.rand(2, 3).npu().T)
+except RuntimeError as e:
+    assert str(e) == "Tensors must be contiguous", str(e)
 dist.destroy_process_group()
 print("OK")

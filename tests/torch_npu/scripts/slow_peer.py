@@ -19,6 +19,6 @@ if rank == 1:
     time.sleep(timeout * 6)
 t0 = time.monotonic()
 try:
-    dist.all_reduce(torch.ones(3))
+    dist.all_reduce(torch.ones(3).npu())
 finally:
     print(f"rank {rank}: all_reduce returned after {time.monotonic() - t0:.1f} s", flush=True)
