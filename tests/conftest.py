@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import re
 import shutil
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import psutil
 import pytest
@@ -268,6 +270,34 @@ def ray_rt(ray_session, monkeypatch):
         sockets = os.path.join(session.socket_root(), f"ray-{job}")
         if os.path.exists(sockets):
             _leftovers.append(f"card socket directory {sockets} outlived rt.finalize()")
+
+
+class CollectivesCheck:
+    """``tests/scripts/collectives_check.py`` (every collective against numpy inside the ranks) and the check of
+    what its 2 nodes x 4 ranks printed: shared by the two-Ray-node test and the simulated-nodes test."""
+
+    script = str(Path(__file__).resolve().parent / "scripts" / "collectives_check.py")
+    names = [f"{name} {tag}" for tag in ("small", "large")          # one hub exchange / hierarchical schedules
+             for name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "scatter",
+                          "all_to_all", "barrier")] + ["dtype-op sweep", "mismatch"]
+
+    def assert_ran(self, proc, nnodes: int = 2, nproc: int = 4) -> None:
+        out = proc.stdout
+        assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+        placed = {int(m[1]): (int(m[2]), int(m[3]), int(m[4]))
+                  for m in re.finditer(r"rank (\d+) node (\d+) card (\d+) algo_nodes (\d+)", out)}
+        assert sorted(placed) == list(range(nnodes * nproc))
+        for rank, (node, card, nodes) in placed.items():
+            assert (node, card) == (rank // nproc, rank % nproc), (rank, node, card)
+            assert nodes == nnodes                 # the communicator spans every node: hierarchical schedules
+        for rank in range(nnodes * nproc):
+            for name in self.names:
+                assert f"rank {rank} OK {name}" in out, (rank, name, out[-2000:])
+
+
+@pytest.fixture
+def collectives_check():
+    return CollectivesCheck()
 
 
 def _wait_gone(pids: set[int], timeout: float) -> set[int]:

@@ -2,7 +2,6 @@
 every collective through the hierarchical algorithm, checked against numpy inside the ranks."""
 
 import os
-import re
 import secrets
 import subprocess
 import sys
@@ -10,10 +9,6 @@ import tempfile
 
 import pytest
 
-SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "collectives_check.py")
-COLLECTIVES = [f"{name} {tag}" for tag in ("small", "large")      # one hub exchange / hierarchical schedules
-               for name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "scatter",
-                            "all_to_all", "barrier")] + ["dtype-op sweep", "mismatch"]
 
 
 @pytest.fixture(scope="module")
@@ -51,19 +46,9 @@ def two_nodes():
 
 
 @pytest.mark.timeout(240)
-def test_ranks_split_over_two_nodes_and_hierarchical_collectives_match_numpy(two_nodes):
+def test_ranks_split_over_two_nodes_and_hierarchical_collectives_match_numpy(two_nodes, collectives_check):
     proc = subprocess.run([sys.executable, "-m", "launcher", "--nnodes", "2", "--nproc", "4",
-                           "--address", two_nodes.address, "--timeout", "200", SCRIPT],
+                           "--address", two_nodes.address, "--timeout", "200", collectives_check.script],
                           capture_output=True, text=True, timeout=230,
                           env=dict(os.environ, HCCL_EXEC_TIMEOUT="60"))   # a hang in the mismatch case fails fast
-    out = proc.stdout
-    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
-    placed = {int(m[1]): (int(m[2]), int(m[3]), int(m[4]))
-              for m in re.finditer(r"rank (\d+) node (\d+) card (\d+) algo_nodes (\d+)", out)}
-    assert sorted(placed) == list(range(8))
-    for rank, (node, card, nodes) in placed.items():
-        assert (node, card) == (rank // 4, rank % 4), (rank, node, card)
-        assert nodes == 2                     # the communicator spans both nodes: hierarchical schedules
-    for rank in range(8):
-        for name in COLLECTIVES:
-            assert f"rank {rank} OK {name}" in out, (rank, name, out[-2000:])
+    collectives_check.assert_ran(proc)

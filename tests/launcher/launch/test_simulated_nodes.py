@@ -5,7 +5,6 @@ runs (tests/test_two_nodes.py runs the same on a real two-raylet cluster)."""
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -15,10 +14,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-SCRIPT = ROOT / "tests" / "scripts" / "collectives_check.py"
-COLLECTIVES = [f"{name} {tag}" for tag in ("small", "large")
-               for name in ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "scatter",
-                            "all_to_all", "barrier")] + ["dtype-op sweep", "mismatch"]
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -31,21 +26,11 @@ def launch(*argv, timeout=230, **env):
 
 
 @pytest.mark.parametrize("per_host", ["1", "4"], ids=["a-worker-per-card", "a-card-host-per-node"])
-def test_two_simulated_nodes_run_every_collective_across_nodes(per_host):
+def test_two_simulated_nodes_run_every_collective_across_nodes(per_host, collectives_check):
     """Also with each node's cards in one Ray worker (a CardHost: what worlds above 16 cards get)."""
-    proc = launch("--nnodes", 2, "--nproc", 4, "--timeout", 200, SCRIPT, HCCL_EXEC_TIMEOUT="60",
+    proc = launch("--nnodes", 2, "--nproc", 4, "--timeout", 200, collectives_check.script, HCCL_EXEC_TIMEOUT="60",
                   NPUSIM_CARDS_PER_HOST=per_host)
-    out = proc.stdout
-    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
-    placed = {int(m[1]): (int(m[2]), int(m[3]), int(m[4]))
-              for m in re.finditer(r"rank (\d+) node (\d+) card (\d+) algo_nodes (\d+)", out)}
-    assert sorted(placed) == list(range(8))
-    for rank, (node, card, nodes) in placed.items():
-        assert (node, card) == (rank // 4, rank % 4), (rank, node, card)
-        assert nodes == 2                     # the communicator spans both nodes: hierarchical schedules
-    for rank in range(8):
-        for name in COLLECTIVES:
-            assert f"rank {rank} OK {name}" in out, (rank, name, out[-2000:])
+    collectives_check.assert_ran(proc)
 
 
 def test_each_simulated_node_is_a_server_of_the_rank_table_with_its_own_cards():
