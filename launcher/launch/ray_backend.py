@@ -108,6 +108,7 @@ class RayBackend:
         import ray
 
         self._ray, self._session, self._pool, self._rc = ray, session, pool, rc
+        self._per_host = cards_per_host(rc.world_size, rc.nproc)   # read (and checked) once, before Ray starts
         self.agents: list = []    # per node: a NodeAgent here (the launcher's node) or a Ray actor handle
         self._local: set = set()  # indices of the nodes whose agent runs in this process
         self._news = threading.Event()  # set by the in-process agents when they have news for poll()
@@ -121,7 +122,7 @@ class RayBackend:
             session.connect_ray(rc.address)  # AclError naming the address if unreachable
             self._connected_here, where = True, rc.address
         else:
-            check_world_fits(rc.nnodes, rc.nproc, cards_per_host(rc.world_size, rc.nproc))
+            check_world_fits(rc.nnodes, rc.nproc, self._per_host)
             session.start_local_ray(rc.hw, nodes=rc.nnodes)
             self._started_here, where = True, "the embedded local session"
         # Warm cards only pay off in a session that outlives this job: the caller's (a test fixture, a notebook).
@@ -189,9 +190,8 @@ class RayBackend:
         # socket); start() then waits for all of them, so a card that fails still stops the job. In a Ray
         # session that outlives the job the cards are warm ones (rt/ray/pool.py), reset after each job.
         if not self._warm:
-            per_host = cards_per_host(self._rc.world_size, self._rc.nproc)
             fresh = [self._session.create_cards(card_job, index, node["node_id"], self._rc.hw,
-                                                indices=self._rc.devices, wait=False, per_host=per_host)
+                                                indices=self._rc.devices, wait=False, per_host=self._per_host)
                      for index, node in enumerate(self.nodes)]
         else:
             fresh = [self._pool.acquire(card_job, index, node["node_id"], self._rc.hw, count=node["npus"], wait=False)

@@ -34,3 +34,15 @@ def test_a_world_that_fits_passes(monkeypatch):
     ray_backend.check_world_fits(1, 8)
     monkeypatch.setattr(memlimit, "budget", fake_budget(7 * GIB))
     ray_backend.check_world_fits(32, 8, per_host=8)
+
+
+def test_cards_share_a_host_above_16_and_the_override_is_checked(monkeypatch):
+    monkeypatch.delenv("NPUSIM_CARDS_PER_HOST", raising=False)
+    assert ray_backend.cards_per_host(16, 8) == 1 and ray_backend.cards_per_host(64, 8) == 8
+    monkeypatch.setenv("NPUSIM_CARDS_PER_HOST", "4")
+    assert ray_backend.cards_per_host(8, 8) == 4
+    for bad in ("abc", "0", "65"):
+        monkeypatch.setenv("NPUSIM_CARDS_PER_HOST", bad)
+        with pytest.raises(AclError) as e:
+            ray_backend.cards_per_host(8, 8)
+        assert e.value.code == 100000 and "NPUSIM_CARDS_PER_HOST must be an int in [1, 64]" in e.value.message
