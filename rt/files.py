@@ -16,12 +16,23 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import tempfile
 
 from .args import shown
 from .constants import AclErrorCode
 from .errors import AclError
 
 PRIVATE_MODE = 0o700
+# A Unix socket's path must fit 107 bytes. The longest npusim puts under its per-user directory is a card's,
+# <root>/ray-<job, 12>/npu<node>_<card>.sock (up to 34 bytes more), so a root past this length moves to /tmp.
+USER_ROOT_MAX = 72
+
+
+def user_root_path() -> str:
+    """The per-user npusim directory's path: ``$TMPDIR/npusim-<uid>``, or ``/tmp/npusim-<uid>`` when ``$TMPDIR``
+    is so long that card sockets inside it would pass the 108-byte limit of a Unix socket's path."""
+    root = os.path.join(tempfile.gettempdir(), f"npusim-{os.getuid()}")
+    return root if len(root) <= USER_ROOT_MAX else f"/tmp/npusim-{os.getuid()}"
 
 
 class FileRefused(Exception):

@@ -37,12 +37,12 @@ import re
 import shutil
 import socket
 import sys
-import tempfile
 import time
 
 from rt.card.card import MONITOR_LABEL
 from rt.constants import AclErrorCode
 from rt.errors import AclError
+from rt.files import user_root_path
 from rt.ray.session import OWNER_FILE
 from rt.wire.channel import SocketTransport, card_key
 from rt.wire.client import CardClient
@@ -57,7 +57,7 @@ PEER_LABEL = "peer card"                          # connections of other cards (
 
 def default_root() -> str:
     """The per-user npusim directory (as ``rt.ray.session.socket_root``, without creating it)."""
-    return os.path.join(tempfile.gettempdir(), f"npusim-{os.getuid()}")
+    return user_root_path()
 
 
 def version() -> str:

@@ -22,7 +22,7 @@ import uuid
 from ..config import Config, check_object_store
 from ..constants import AclErrorCode as E
 from ..errors import AclError
-from ..files import setup_dir
+from ..files import setup_dir, user_root_path
 from ..host import reaper
 
 NAMESPACE = "npusim"
@@ -55,7 +55,7 @@ def socket_root(create: bool = True) -> str:
     user may have made it first (or put a symbolic link there): such a directory is refused (AclError 507033
     naming it, its owner and mode), never used — our sockets and keys would be theirs to rename or replace.
     ``create=False``: the path only, checked if it exists (lookups such as ``npu-smi`` leave nothing behind)."""
-    root = os.path.join(tempfile.gettempdir(), f"npusim-{os.getuid()}")
+    root = user_root_path()
     if create or os.path.lexists(root):
         setup_dir(root, "npusim's per-user directory",
                 "; another user may have created it to take over npusim's sockets: remove it (root, or its "

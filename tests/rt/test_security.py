@@ -2,6 +2,8 @@
 card admits only connections presenting its job's key."""
 
 import os
+import pathlib
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,10 +28,22 @@ NO_PERMISSION, DEV_SETUP = 207006, 507033
 
 
 @pytest.fixture
-def tmpdir_root(tmp_path, monkeypatch):
-    """$TMPDIR (as tempfile sees it) is ``tmp_path``: the per-user directory is ``tmp_path/npusim-<uid>``."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    return tmp_path / f"npusim-{os.getuid()}"
+def tmpdir_root(monkeypatch):
+    """$TMPDIR (as tempfile sees it) is a fresh short directory: the per-user directory is ``<it>/npusim-<uid>``.
+    (pytest's ``tmp_path`` can be longer than a per-user directory may be: see the next test.)"""
+    short = tempfile.mkdtemp(prefix="ns", dir="/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", short)
+    yield pathlib.Path(short) / f"npusim-{os.getuid()}"
+    shutil.rmtree(short, ignore_errors=True)
+
+
+def test_a_tmpdir_too_long_for_socket_paths_moves_the_per_user_directory_to_tmp(monkeypatch, tmp_path):
+    long_dir = tmp_path / ("x" * 100)
+    long_dir.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_dir))
+    root = session.socket_root(create=False)
+    assert root == f"/tmp/npusim-{os.getuid()}"
+    assert len(socket_path(os.path.join(root, "ray-0123456789ab"), 999, 9999)) < 108
 
 
 def squat(path, mode=0o777):
@@ -88,9 +102,9 @@ def test_a_lookup_without_create_leaves_nothing_behind(tmpdir_root):
 
 
 @needs_root
-def test_launch_names_a_squatted_directory_in_one_line(tmp_path):
-    squat(tmp_path / f"npusim-{os.getuid()}")
-    env = {**os.environ, "TMPDIR": str(tmp_path), "NPUSIM_CLUSTER": "1"}
+def test_launch_names_a_squatted_directory_in_one_line(tmpdir_root):
+    squat(tmpdir_root)
+    env = {**os.environ, "TMPDIR": str(tmpdir_root.parent), "NPUSIM_CLUSTER": "1"}
     done = subprocess.run([sys.executable, "-m", "launcher", "--status"], env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stderr

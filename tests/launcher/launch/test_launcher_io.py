@@ -131,3 +131,22 @@ def test_a_long_tmpdir_runs_and_leaves_no_ray_session(long_tmpdir, tmp_path):
         time.sleep(0.2)
     assert set(Path("/tmp").glob("npusim-ray-*")) - before == set()
     assert not (long_tmpdir / "ray").exists() and list(long_tmpdir.rglob("session*")) == []
+
+
+@pytest.mark.timeout(180)
+def test_a_tmpdir_too_long_for_card_sockets_still_runs_a_job_on_cards(tmp_path):
+    """A $TMPDIR of 110 characters: a card's socket path inside it would pass AF_UNIX's 107 bytes, so npusim's
+    per-user directory is /tmp/npusim-<uid> instead (rt/files.py), and the card calls work."""
+    scratch = tempfile.mkdtemp(prefix="npl-", dir="/tmp")
+    long_dir = Path(scratch) / ("t" * (110 - len(scratch)))
+    long_dir.mkdir()
+    script = tmp_path / "card.py"
+    script.write_text("import rt\nrt.init()\nrt.set_device(0)\nprint('free', rt.get_mem_info()[0] > 0)\n")
+    env = dict(os.environ, TMPDIR=str(long_dir), NPUSIM_CLUSTER="0", PYTHONPATH=str(ROOT))
+    env.pop("RAY_ADDRESS", None)
+    try:
+        done = launch(env, "--nproc", "1", str(script), timeout=150)
+        assert done.returncode == 0 and "[rank0]:free True" in done.stdout, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+    finally:
+        subprocess.run(["rm", "-rf", scratch])
