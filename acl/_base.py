@@ -7,16 +7,20 @@ import json
 import numpy as np
 
 import rt
-
 from rt import args
 from rt.config import load_config
 from rt.constants import AclErrorCode as E
+from rt.diag import slog
 from rt.dtypes import data_type_size as _data_type_size
 from rt.errors import AclError
 from rt.files import FileRefused, read_regular_file
 from rt.host.runtime import RUNTIME
+
 from ._core import code, plain, values
 
+# aclLogLevel (acl_base.h), the levels app_log takes: slog's own numbering
+ACL_DEBUG, ACL_INFO, ACL_WARNING, ACL_ERROR = slog.DEBUG, slog.INFO, slog.WARNING, slog.ERROR
+APP_LOG_BYTES = 1024          # CANN: one app log line at most 1024 bytes, longer ones truncated
 VERSION = (1, 17, 0)          # the ACL version whose API this facade follows (acl_rt.h 1.17.0)
 MAX_ACL_JSON = 1 << 20
 
@@ -78,3 +82,20 @@ def float_to_float16(value):
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"float_to_float16: {args.shown(value)} is not a number")
     with np.errstate(over="ignore"):                       # out of range is inf, as a cast in C gives
         return int(np.array([value], np.float16).view(np.uint16)[0])
+
+
+def app_log(log_level, message):
+    """``acl.app_log(log_level, message)``: one line of the program's own into the host log (slog/plog,
+    module ``APP``) at the program's call site, as ``ACL_APP_LOG`` writes it; nothing is returned, as in pyACL.
+    The level filter is CANN's (``ASCEND_GLOBAL_LOG_LEVEL`` / ``ASCEND_MODULE_LOG_LEVEL=APP=...``). A level
+    outside 0..3 or a message that is not a str returns 100000 (pyACL's binding would not parse them)."""
+    if not args.is_int(log_level) or not ACL_DEBUG <= log_level <= ACL_ERROR or not isinstance(message, str):
+        from ._core import report
+        return report("app_log", AclError(E.ACL_ERROR_INVALID_PARAM, f"app_log: log_level {args.shown(log_level)} "
+                                          f"must be 0 (ACL_DEBUG) .. 3 (ACL_ERROR) and message a str, got "
+                                          f"{args.shown(message)}"))
+    data = message.encode("utf-8", "backslashreplace")
+    if len(data) > APP_LOG_BYTES:
+        message = data[:APP_LOG_BYTES].decode("utf-8", "ignore")
+    slog.log(int(log_level), "APP", "%s", message, user_site=True)
+    return None

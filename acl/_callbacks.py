@@ -13,12 +13,12 @@ import queue
 import threading
 
 import rt
-
 from rt import args, errors
-from rt.diag import slog
 from rt.constants import AclErrorCode as E
+from rt.diag import slog
 from rt.errors import AclError
 from rt.host.runtime import RUNTIME
+
 from ._core import code, log, report, stream_of, strict
 
 _DEFAULT_EXEC_TIMEOUT = 1836.0

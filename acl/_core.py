@@ -28,8 +28,8 @@ import threading
 import traceback
 
 from rt import args, errors
-from rt.diag import slog
 from rt.constants import AclErrorCode as E
+from rt.diag import slog
 from rt.errors import AclError, NpuError
 
 log = logging.getLogger("npusim.acl")

@@ -5,13 +5,16 @@ A pyACL program holds host memory as raw ints: ``malloc_host`` returns one, ``ut
 either side. This module keeps a registry of every host region the program was given an address for, so an
 address can be turned back into a buffer ``rt`` copies to and from — a pinned ``HostBuffer`` (the fast path),
 a numpy array, or a ``bytes`` object's storage (real samples copy device→host *into* a ``bytes`` and read it
-with ``np.frombuffer``) — and so an unknown, freed or out-of-range address is an error naming the nearest
-known region instead of a segfault.
+with ``np.frombuffer``) — and so a freed or out-of-range address of such a region is an error naming it
+instead of a segfault. Any other host address (``torch.Tensor.data_ptr()``, a ``ctypes`` buffer, an mmap)
+is accepted when the process's memory map (``rt/host/procmaps.py``) says the range is mapped with the
+permission the call needs, and refused with 107000 naming the address and range otherwise.
 
 Lifetimes follow pyACL's rule — the object must outlive its pointer — without keeping the program's objects
-alive: numpy arrays are held weakly, ``bytes`` (which cannot be weakly referenced) are dropped from the
-registry once the program no longer holds them (their reference count says so), pinned buffers until
-``free_host``.
+alive: numpy arrays are held weakly (once one is gone its memory may hold anything, so its region is
+forgotten and an address in it is judged by the memory map like any other), ``bytes`` (which cannot be
+weakly referenced) are dropped from the registry once the program no longer holds them (their reference
+count says so), pinned buffers until ``free_host``.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ FAR = 1 << 30             # an address further than this from every region is na
 
 
 class _Region:
-    __slots__ = ("start", "nbytes", "kind", "ref")
+    __slots__ = ("kind", "nbytes", "ref", "start")
 
     def __init__(self, start, nbytes, kind, ref):
         self.start, self.nbytes, self.kind, self.ref = start, nbytes, kind, ref
@@ -64,7 +67,7 @@ class HostRegions:
         self._lock = threading.Lock()
         self._starts: list[int] = []
         self._regions: list[_Region] = []
-        self._freed: dict[int, int] = {}                   # start -> size of pinned buffers freed
+        self._freed: dict[int, tuple] = {}                 # start -> (size, weakref) of pinned buffers freed
         self._since_sweep = 0
 
     # -- registering -------------------------------------------------------------------------
@@ -76,10 +79,13 @@ class HostRegions:
         strided or reversed view the two differ: the pointer of ``a[::-1]`` is its *last* byte range, so a
         copy of ``a.nbytes`` to it runs past the end of the memory and is refused, not performed."""
         low, high = byte_bounds(arr)           # the memory the elements occupy, whatever the strides
+        owner = arr
+        while isinstance(owner.base, np.ndarray):          # a view lives as long as the array that owns its memory:
+            owner = owner.base                             # ``numpy_to_ptr(a[::-1])``'s view is gone at once, ``a`` not
         try:
-            ref = weakref.ref(arr)
+            ref = weakref.ref(owner)
         except TypeError:                                  # an array subclass without weakref support
-            ref = (lambda a: (lambda: a))(arr)
+            ref = _strong(owner)
         self._add(_Region(low, high - low, ARRAY, ref))
         return arr.ctypes.data
 
@@ -108,8 +114,7 @@ class HostRegions:
         it, e.g. ``a[::-1]`` starting where ``a`` does, must not make ``a``'s address die with the view)."""
         if old.kind != ARRAY or new.kind != ARRAY:
             return False
-        obj = old.obj()
-        return obj is not None and (old.nbytes > new.nbytes or old.nbytes == new.nbytes and obj.flags.c_contiguous)
+        return old.obj() is not None and old.nbytes >= new.nbytes
 
     def _sweep(self) -> None:
         """Forget bytes objects nobody but the registry holds, and arrays that are gone."""
@@ -136,44 +141,56 @@ class HostRegions:
                 del self._starts[i]
                 if len(self._freed) >= FREED_KEPT:
                     self._freed.pop(next(iter(self._freed)))
-                self._freed[address] = region.nbytes
+                self._freed[address] = (region.nbytes, _weak(region.ref))
                 return region.ref
             freed = self._freed.get(address)
         if freed is not None:
-            raise AclError(E.ACL_ERROR_RT_MEMORY_FREE, f"{call}: host address 0x{address:x} ({freed} bytes from "
+            raise AclError(E.ACL_ERROR_RT_MEMORY_FREE, f"{call}: host address 0x{address:x} ({freed[0]} bytes from "
                                                        f"malloc_host) was freed already: a double free")
         raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: 0x{address:x} is not an address malloc_host "
                                                      f"returned; {self._nearest(address)} (free_host takes the "
                                                      f"address malloc_host returned)")
 
     # -- resolving ---------------------------------------------------------------------------------
-    def lookup(self, address: int, nbytes: int, call: str, arg: str):
-        """(region, object, offset) holding ``[address, address + nbytes)``; 107000 naming why not."""
+    def lookup(self, address: int, nbytes: int, call: str, arg: str, write: bool = False):
+        """(region, object, offset) of the registered region holding ``[address, address + nbytes)``; None for
+        memory no registered region covers that the process maps with the permission needed (``write``:
+        writable; checked against the process's memory map, touching nothing); 107000 naming why not."""
         with self._lock:
             i = bisect.bisect_right(self._starts, address) - 1
             region = self._regions[i] if i >= 0 and address < self._regions[i].end + (nbytes == 0) else None
             obj = region.obj() if region is not None else None
             if obj is not None and address + nbytes <= region.end and self._intact(region, obj):
                 return region, obj, address - region.start
-            freed_start = self._freed_containing(address)
+            if region is not None and obj is None:         # its object is gone: the memory may hold another now
+                del self._starts[i], self._regions[i]
+                region = None
+            freed_start = self._freed_containing(address) if region is None else None
             nearest = self._nearest(address)
         where = f"{call}: {arg} {nbytes} bytes at host address 0x{address:x}"
-        if region is not None and obj is None:
-            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{where}: the object behind the {region.describe()} is "
-                                                         f"gone (pyACL's rule: it must outlive its pointer)")
         if region is not None and not self._intact(region, obj):
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{where}: the bytearray behind the {region.describe()} was "
                                                          f"resized since bytes_to_ptr, so its storage moved")
         if region is not None:
             raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{where} run {address + nbytes - region.end} bytes past the "
                                                          f"end of the {region.describe()}")
+        problem = unmapped(address, nbytes, write)
         if freed_start is not None:
-            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: {arg} host address 0x{address:x} is inside a "
-                                                         f"malloc_host buffer (0x{freed_start:x}) that free_host "
-                                                         f"released: a use after free")
+            # still the freed buffer's pages (a view kept them), or unmapped since: a use after free; mapped by
+            # something else since (the address space is reused), the address is that mapping's now
+            if self._freed_open(freed_start) or problem is not None and unmapped(address, nbytes, False) is not None:
+                raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: {arg} host address 0x{address:x} is inside a "
+                                                             f"malloc_host buffer (0x{freed_start:x}) that free_host "
+                                                             f"released: a use after free")
+            with self._lock:
+                self._freed.pop(freed_start, None)
+        if problem is None:
+            return None                                    # memory of the process's own: torch, ctypes, mmap ...
+        near = "" if "nowhere near" in nearest or "no host region" in nearest else f"; {nearest}"
         raise AclError(E.ACL_ERROR_RT_PARAM_INVALID,
-                       f"{call}: {arg} 0x{address:x} is neither a device address nor a host address this process got "
-                       f"from malloc_host, util.numpy_to_ptr or util.bytes_to_ptr; {nearest}")
+                       f"{call}: {arg} 0x{address:x} is neither a device address nor host memory this process can "
+                       f"{'write' if write else 'read'}: [0x{address:x}, 0x{address + nbytes:x}) ({nbytes} bytes): "
+                       f"{problem}{near}")
 
     @staticmethod
     def _intact(region: _Region, obj) -> bool:
@@ -185,36 +202,48 @@ class HostRegions:
     def buffer(self, address: int, nbytes: int, call: str, arg: str, write: bool = True):
         """What ``rt.memcpy`` takes for ``nbytes`` at ``address``: a whole pinned buffer as itself (its fastest
         path), anything else as :meth:`view`."""
-        region, obj, off = self.lookup(address, nbytes, call, arg)
-        if region.kind == PINNED and off == 0 and nbytes == region.nbytes:
-            return obj
-        return self.view(address, nbytes, call, arg, write)
+        found = self.lookup(address, nbytes, call, arg, write)
+        if found is not None and found[0].kind == PINNED and found[2] == 0 and nbytes == found[0].nbytes:
+            return found[1]
+        return self._view(found, address, nbytes, call, arg, write)
 
     def view(self, address: int, nbytes: int, call: str, arg: str, write: bool = True) -> np.ndarray:
         """A uint8 view of ``nbytes`` at ``address`` (a pinned view stays on the pinned fast path); ``write``:
         the caller writes through it, so the memory must be mapped writable."""
-        region, obj, off = self.lookup(address, nbytes, call, arg)
-        if region.kind == PINNED:
-            return np.frombuffer(obj, np.uint8, nbytes, off)
-        if region.kind == ARRAY and obj.flags.c_contiguous:
-            return obj.reshape(-1).view(np.uint8)[off:off + nbytes]
+        return self._view(self.lookup(address, nbytes, call, arg, write), address, nbytes, call, arg, write)
+
+    @staticmethod
+    def _view(found, address: int, nbytes: int, call: str, arg: str, write: bool) -> np.ndarray:
+        if found is not None:
+            region, obj, off = found
+            if region.kind == PINNED:
+                return np.frombuffer(obj, np.uint8, nbytes, off)
+            if region.kind == ARRAY and obj.flags.c_contiguous and obj.ctypes.data == region.start and \
+                    (obj.flags.writeable or not write):
+                return obj.reshape(-1).view(np.uint8)[off:off + nbytes]
+            # bytes storage (immutable to Python, written by pyACL programs all the same: heap, always read-write)
+            # or a strided array (inside the memory it spans: lookup checked that). Only an array numpy calls
+            # read-only may sit on a read-only mapping (np.memmap mode "r"), which would take the process down
+            # with SIGSEGV instead of failing the call: for that one ask the process's memory map.
+            problem = unmapped(address, nbytes, write) if region.kind == ARRAY and not obj.flags.writeable else None
+            if problem:
+                raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: {arg} {nbytes} bytes at host address "
+                                                             f"0x{address:x}: {problem}")
         if nbytes == 0:
             return np.empty(0, np.uint8)
-        # bytes storage (immutable to Python, written by pyACL programs all the same: heap, always read-write) or
-        # a strided array (inside the memory it spans: lookup checked that). Only an array numpy calls read-only
-        # may sit on a read-only mapping (np.memmap mode "r"), which would take the process down with SIGSEGV
-        # instead of failing the call: for that one ask the process's memory map (a file read: not per copy).
-        problem = unmapped(address, nbytes, write) if region.kind == ARRAY and not obj.flags.writeable else None
-        if problem:
-            raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: {arg} {nbytes} bytes at host address "
-                                                         f"0x{address:x}: {problem}")
         return np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(address))
 
     def _freed_containing(self, address: int) -> int | None:
-        for start, size in self._freed.items():
+        for start, (size, _) in self._freed.items():
             if start <= address < start + size:
                 return start
         return None
+
+    def _freed_open(self, start: int) -> bool:
+        """Whether the freed pinned buffer at ``start`` still maps its pages (numpy views of it were alive)."""
+        entry = self._freed.get(start)
+        buf = entry[1]() if entry is not None else None
+        return buf is not None and not getattr(buf, "closed", True)
 
     def _nearest(self, address: int) -> str:
         if not self._regions:
@@ -229,6 +258,19 @@ class HostRegions:
         if address < best.end:
             return f"it is {address - best.start} bytes into the {best.describe()}"
         return f"the nearest known region is the {best.describe()}, which ends {address - best.end} bytes below"
+
+
+def _weak(obj):
+    """A weak reference to ``obj`` where it allows one, else a callable returning None (treated as gone)."""
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return lambda: None
+
+
+def _strong(obj):
+    """A callable returning ``obj``: a weakref stand-in that holds it."""
+    return lambda: obj
 
 
 def _address_of(data) -> int:

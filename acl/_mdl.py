@@ -2,33 +2,40 @@
 
 Model ids are ``rt.mdl``'s ints; descriptions, datasets and data buffers are int handles. pyACL's two-step
 description (``desc = create_desc()``, ``get_desc(desc, model_id)``) fills a holder that stays live, so
-``get_cur_output_dims`` sees later executions. A dynamic-batch model shows CANN's virtual input
-``ascend_mbatch_shape_data`` after its real ones: programs find it with ``get_input_index_by_name``, give it
-a buffer, and pass its index to ``set_dynamic_batch_size``; the facade strips that buffer at execution.
+``get_cur_output_dims`` sees later executions. A gear model (dynamic batch, image size or dims) shows CANN's
+virtual input ``ascend_mbatch_shape_data`` after its real ones (``acl/_gears.py``): programs find it with
+``get_input_index_by_name``, give it a buffer, and pass its index to ``set_dynamic_batch_size`` /
+``set_dynamic_hw_size`` / ``set_input_dynamic_dims``; the facade strips that buffer at execution.
 npusim loads its own model format whatever the file is called (``resnet50.om`` is fine); a real ATC ``.om``
-is recognised and refused with a message saying how to build a stand-in (``docs/pyacl.md``).
+is recognised and refused with a message saying to convert the ONNX model with npusim's ``atc`` (``docs/atc.md``).
 """
 
 from __future__ import annotations
 
-import rt.mdl as mdl
-
-from rt import args
-from rt.constants import AclErrorCode as E, DataType, Format
+from rt import args, mdl
+from rt.constants import AclErrorCode as E
+from rt.constants import DataType, Format
 from rt.errors import AclError
-from ._core import HANDLES, code, plain, stream_of, values
+
+from . import _gears as gears
+from ._core import HANDLES, code, plain, values
 from ._hostptr import REGIONS
+from ._tensor import drop_dataset_descs
 
 DESC, DATASET, BUFFER = "model desc", "dataset", "data buffer"
-MBATCH = "ascend_mbatch_shape_data"          # CANN's virtual input of a dynamic-batch model
-MBATCH_INFO = {"name": MBATCH, "dims": [1], "acl_dtype": int(DataType.ACL_INT64), "size": 8}
 
 
 class _Desc:
-    """What create_desc makes and get_desc fills."""
+    """What create_desc makes and get_desc fills: rt's ModelDesc, plus what CANN's desc shows of the gears
+    (``acl/_gears.py``): the virtual ``ascend_mbatch_shape_data`` input and largest-gear sizes."""
 
     def __init__(self):
         self.model = None                   # rt.mdl.ModelDesc once filled
+        self.definition = None              # the model's definition (gears, shapes), weights stripped
+
+    def fill(self, model_id, call: str) -> None:
+        self.model = mdl.get_desc(model_id)
+        self.definition = gears.model_def(model_id, call)
 
     def filled(self, call: str):
         if self.model is None:
@@ -36,8 +43,8 @@ class _Desc:
         return self.model
 
     def inputs(self, call: str) -> list[dict]:
-        m = self.filled(call)
-        return m.inputs + ([MBATCH_INFO] if m.batch_sizes else [])
+        virtual = gears.virtual_input(self.definition) if self.filled(call) else None
+        return self.model.inputs + ([virtual] if virtual else [])
 
     def item(self, which: str, i, call: str) -> dict:
         items = self.inputs(call) if which == "input" else self.filled(call).outputs
@@ -82,18 +89,6 @@ def load_from_mem(model, model_size):
                                           write=False).tobytes())
 
 
-@values("mdl.query_size", 0, 0)
-def query_size(model_path):
-    """(work size, weight size): intermediates are host arrays here, so the work size is 0."""
-    model = mdl.parse(mdl.format.read_model_file(model_path))
-    return 0, model.weight_bytes
-
-
-@code("mdl.unload")
-def unload(model_id):
-    mdl.unload(model_id)
-
-
 @plain("mdl.create_desc", 0)
 def create_desc():
     return HANDLES.add(DESC, _Desc())
@@ -101,7 +96,7 @@ def create_desc():
 
 @code("mdl.get_desc")
 def get_desc(model_desc, model_id):
-    _desc(model_desc, "mdl.get_desc").model = mdl.get_desc(model_id)
+    _desc(model_desc, "mdl.get_desc").fill(model_id, "mdl.get_desc")
 
 
 @code("mdl.destroy_desc")
@@ -181,8 +176,8 @@ def _index_by_name(which: str, call: str):
         for i, item in enumerate(items):
             if item["name"] == name:
                 return i
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: the model has no {which} {name!r} "
-                                                  f"({which}s: {[x['name'] for x in items]})")
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: [Get][Index]get index by name failed, cannot find "
+                                                  f"tensor name[{name}] ({which}s: {[x['name'] for x in items]})")
     find.__name__ = call.split(".")[-1]
     return find
 
@@ -252,31 +247,7 @@ def get_dataset_buffer(dataset, index):
 def destroy_dataset(dataset):
     mdl.destroy_dataset(_dataset(dataset, "mdl.destroy_dataset"))
     HANDLES.drop(dataset)
-
-
-# ============================================================================ execution
-def _real_inputs(model_id, ds, call):
-    """The input dataset as rt runs it: without the buffer of the virtual dynamic-batch input."""
-    desc = mdl.get_desc(model_id)
-    if not desc.batch_sizes or len(ds.buffers) != len(desc.inputs) + 1:
-        return ds
-    real = mdl.create_dataset()
-    real.buffers = ds.buffers[:len(desc.inputs)]
-    real.batch, real.dims = ds.batch, ds.dims
-    return real
-
-
-@code("mdl.execute")
-def execute(model_id, input, output):             # noqa: A002 - pyACL's parameter name
-    ds = _dataset(input, "mdl.execute")
-    mdl.execute(model_id, _real_inputs(model_id, ds, "mdl.execute"), _dataset(output, "mdl.execute"))
-
-
-@code("mdl.execute_async")
-def execute_async(model_id, input, output, stream):  # noqa: A002
-    ds = _dataset(input, "mdl.execute_async")
-    mdl.execute_async(model_id, _real_inputs(model_id, ds, "mdl.execute_async"),
-                      _dataset(output, "mdl.execute_async"), stream_of(stream, "mdl.execute_async"))
+    drop_dataset_descs(dataset)
 
 
 @code("mdl.set_dynamic_batch_size")
@@ -290,7 +261,27 @@ def set_dynamic_batch_size(model_id, dataset, index, batch_size):
 
 @code("mdl.set_input_dynamic_dims")
 def set_input_dynamic_dims(model_id, dataset, index, dims):
-    mdl.set_input_dynamic_dims(model_id, _dataset(dataset, "mdl.set_input_dynamic_dims"), index, dims)
+    """``dims`` is a list or ``{"dimCount", "dims"}`` (aclmdlIODims). At a real input's index it is that input's
+    shape; at the virtual input's index (CANN's form for an ``atc --dynamic_dims`` model) it is every input's
+    shape, concatenated in input order, and must be one of the model's gears."""
+    call = "mdl.set_input_dynamic_dims"
+    ds = _dataset(dataset, call)
+    model = gears.model_def(model_id, call)
+    if not (args.is_int(index) and index == len(model.inputs) and gears.kind(model) == "dims"):
+        mdl.set_input_dynamic_dims(model_id, ds, index, dims)
+        return
+    flat = args.int_list(dims.get("dims") if isinstance(dims, dict) else dims, call, "dims", lo=0)
+    shapes, at = [], 0
+    for v in model.inputs:
+        shapes.append(flat[at:at + len(v.shape)])
+        at += len(v.shape)
+    chosen = tuple(d for v, shape in zip(model.inputs, shapes) for d, want in zip(shape, v.shape) if want == -1)
+    if at != len(flat) or chosen not in gears.dims_gears(model):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: dims {flat} are not the inputs' shapes at one of the "
+                                                  f"model's gears {[list(g) for g in gears.dims_gears(model)]}")
+    for i, shape in enumerate(shapes):
+        if -1 in model.inputs[i].shape:
+            mdl.set_input_dynamic_dims(model_id, ds, i, shape)
 
 
-__all__ = ["add_dataset_buffer", "create_dataset", "create_desc", "destroy_dataset", "destroy_desc", "execute", "execute_async", "get_cur_output_dims", "get_dataset_buffer", "get_dataset_num_buffers", "get_desc", "get_dynamic_batch", "get_input_data_type", "get_input_dims", "get_input_format", "get_input_index_by_name", "get_input_name_by_index", "get_input_size_by_index", "get_num_inputs", "get_num_outputs", "get_output_data_type", "get_output_dims", "get_output_format", "get_output_index_by_name", "get_output_name_by_index", "get_output_size_by_index", "load_from_file", "load_from_mem", "query_size", "set_dynamic_batch_size", "set_input_dynamic_dims", "unload"]
+__all__ = ["add_dataset_buffer", "create_dataset", "create_desc", "destroy_dataset", "destroy_desc", "get_cur_output_dims", "get_dataset_buffer", "get_dataset_num_buffers", "get_desc", "get_dynamic_batch", "get_input_data_type", "get_input_dims", "get_input_format", "get_input_index_by_name", "get_input_name_by_index", "get_input_size_by_index", "get_num_inputs", "get_num_outputs", "get_output_data_type", "get_output_dims", "get_output_format", "get_output_index_by_name", "get_output_name_by_index", "get_output_size_by_index", "load_from_file", "load_from_mem", "set_dynamic_batch_size", "set_input_dynamic_dims"]

@@ -15,18 +15,18 @@ import warnings
 import numpy as np
 
 import rt
-
 from rt import args
 from rt.addresses import decode_addr
 from rt.config import load_config
-from rt.constants import AclErrorCode as E, EventRecordedStatus, MemAttr, MemcpyKind, RunMode
+from rt.constants import AclErrorCode as E
+from rt.constants import EventRecordedStatus, MemAttr, MemcpyKind, RunMode
 from rt.errors import AclError
 from rt.host.copies import KIND_OF_SIDES, given_kind, kind_fits
 from rt.host.runtime import RUNTIME, parse_visible
-from ._callbacks import launch_callback, process_report, subscribe_report, unsubscribe_report  # noqa: F401
+
+from ._callbacks import launch_callback, process_report, subscribe_report, unsubscribe_report
 from ._core import CONTEXT, EVENT, HANDLES, STREAM, code, context_of, event_of, stream_of, strict, values
 from ._hostptr import REGIONS
-
 
 
 # ============================================================================ devices

@@ -15,10 +15,10 @@ import warnings
 import numpy as np
 
 import rt
-
 from rt import args
 from rt.constants import AclErrorCode as E
 from rt.errors import AclError
+
 from ._callbacks import SUBSCRIPTIONS
 from ._core import code, plain, values
 from ._hostptr import REGIONS
@@ -33,7 +33,7 @@ def bytes_to_ptr(data) -> int:
     """The address of a bytes object's storage (no copy; pyACL: the object must outlive the pointer).
     A bytearray works too. Anything else raises ValueError, as pyACL's binding does."""
     if not isinstance(data, (bytes, bytearray)):
-        raise ValueError(f"acl.util.bytes_to_ptr: needs a bytes object as argument, got {args.shown(data)}")
+        raise ValueError(f"acl.util.bytes_to_ptr: needs a bytes object as argument, got {args.shown(data)}")  # noqa: TRY004
     return REGIONS.add_bytes(data)
 
 
@@ -41,7 +41,7 @@ def numpy_to_ptr(array) -> int:
     """The address of a numpy array's data (deprecated in pyACL in favour of bytes_to_ptr, still common).
     A non-array raises ValueError, as pyACL's binding does."""
     if not isinstance(array, np.ndarray):
-        raise ValueError(f"acl.util.numpy_to_ptr: needs an ndarray as argument, got {args.shown(array)}")
+        raise ValueError(f"acl.util.numpy_to_ptr: needs an ndarray as argument, got {args.shown(array)}")  # noqa: TRY004
     if not array.flags.c_contiguous:
         warnings.warn("acl.util.numpy_to_ptr: the input ndarray is discontiguous, so a copy through its address "
                       "would see its memory, not its elements in order; use acl.util.numpy_contiguous_to_ptr",
@@ -52,7 +52,7 @@ def numpy_to_ptr(array) -> int:
 def numpy_contiguous_to_ptr(array):
     """``(ptr, data_out)``: ``data_out`` is the array made contiguous (the caller keeps it alive)."""
     if not isinstance(array, np.ndarray):
-        raise ValueError(f"acl.util.numpy_contiguous_to_ptr: needs an ndarray as argument, got {args.shown(array)}")
+        raise ValueError(f"acl.util.numpy_contiguous_to_ptr: needs an ndarray as argument, got {args.shown(array)}")  # noqa: TRY004
     contiguous = np.ascontiguousarray(array)
     return REGIONS.add_array(contiguous), contiguous
 

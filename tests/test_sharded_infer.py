@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rt.mdl import GraphBuilder
 from hccl.sharding import Collective, load_sharded, plan_tensor
+from rt.mdl import GraphBuilder
 
 
 def _softmax(z):
@@ -15,7 +15,7 @@ def _softmax(z):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def mlp(rng, d_in=16, hidden=48, d_out=12, gears=None, scale=0.3):
+def mlp(rng, d_in=16, hidden=48, d_out=12, gears=None, scale=0.3, batch=-1):
     """x → Gemm(+b1) → Relu → MatMul → Add(b2) → Tanh → Gemm(transB, +b3) → Softmax, also exporting
     the first hidden activation (a column-sharded value: needs the all-gather path)."""
     w = {"w1": rng.standard_normal((d_in, hidden)) * scale, "b1": rng.standard_normal(hidden) * scale,
@@ -23,7 +23,7 @@ def mlp(rng, d_in=16, hidden=48, d_out=12, gears=None, scale=0.3):
          "w3t": rng.standard_normal((d_out, hidden)) * scale, "b3": rng.standard_normal(d_out) * scale}
     w = {k: v.astype(np.float32) for k, v in w.items()}
     g = GraphBuilder("mlp3")
-    x = g.input("x", "float32", [-1, d_in])
+    x = g.input("x", "float32", [batch, d_in])
     c = {k: g.constant(k, v) for k, v in w.items()}
     h1 = g.op("Relu", [g.op("Gemm", [x, c["w1"], c["b1"]])])
     h2 = g.op("Tanh", [g.op("Add", [g.op("MatMul", [h1, c["w2"]]), c["b2"]])])
@@ -174,6 +174,28 @@ def test_batch_mode_rejects_a_batch_beyond_the_gears(rt_local):
         assert e.value.code == rt.ACL_ERROR_MODEL_INPUT_NOT_MATCH
         with pytest.raises(rt.AclError, match="float64"):
             model.execute([np.zeros((2, 16))])
+
+
+def test_batch_mode_slices_a_global_batch_over_a_static_batch_model(rt_local):
+    """A static batch-2 model over 3 ranks takes up to 6 rows (each rank 2, the last one zero-padded),
+    refuses 7 naming the static batch, and still checks the other dims."""
+    import hccl
+    import rt
+    rng = np.random.default_rng(5)
+    data, reference = mlp(rng, batch=2)
+    comms = hccl.comm_init_all([0, 1, 2])
+    with load_sharded(data, comms, "batch") as model:
+        for batch in (5, 6, 1):
+            xv = rng.standard_normal((batch, 16)).astype(np.float32)
+            got = model.execute([xv])
+            for out, ref in zip(got, reference(xv)):
+                assert out.shape == ref.shape
+                np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+        with pytest.raises(rt.AclError, match="static batch 2") as e:
+            model.execute([np.zeros((7, 16), np.float32)])
+        assert e.value.code == rt.ACL_ERROR_MODEL_INPUT_NOT_MATCH
+        with pytest.raises(rt.AclError, match=r"float32\[4, 15\], expected float32\[2, 16\]"):
+            model.execute([np.zeros((4, 15), np.float32)])
 
 
 def test_bad_arguments(rt_local):

@@ -141,7 +141,9 @@ class ShardedModel:
                            f"ShardedModel.execute: got {len(inputs)} inputs, model {model.name!r} has "
                            f"{len(model.inputs)} ({[v.name for v in model.inputs]})")
         for a, v in zip(inputs, model.inputs):
-            if a.dtype != v.dtype or not _fits(a.shape, v.shape):
+            # batch mode slices dim 0 over the ranks (``_local_batch`` checks the global batch against it)
+            declared = (-1, *v.shape[1:]) if self.mode == "batch" and v.shape else v.shape
+            if a.dtype != v.dtype or not _fits(a.shape, declared):
                 raise AclError(AclErrorCode.ACL_ERROR_MODEL_INPUT_NOT_MATCH,
                                f"ShardedModel.execute: input {v.name!r} is {a.dtype}{list(a.shape)}, "
                                f"expected {v.dtype}{list(v.shape)}")

@@ -12,7 +12,8 @@ Two modes:
 - ``mode="batch"``: every card loads the whole model; ``execute`` gives each rank a contiguous
   slice of the batch (dim 0 of every input, padded to equal slices: the batch size of a dynamic-
   batch model's gear, or the declared batch of a static one), and the outputs are all-gathered
-  so every rank returns the full batch.
+  so every rank returns the full batch. The global batch may be up to the world size times that
+  (a static batch-1 model over 8 cards takes 1 to 8 images); more is refused (100017).
 - ``mode="tensor"`` (Megatron-LM): the graph is rewritten per rank. A ``MatMul``/``Gemm`` whose
   constant weight holds at least ``min_shard_bytes`` is split across the ranks:
   *column-parallel* (the weight's output columns, and a bias, are split) when its input is

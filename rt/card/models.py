@@ -15,43 +15,56 @@ import numpy as np
 from ..constants import AclErrorCode
 from ..dtypes import acl_dtype
 from ..errors import AclError
-from ..mdl import format as fmt, limits
-from ..mdl.shapes import dynamic_from_wire, infer_shapes, max_input_shapes, resolve_input_shapes
+from ..mdl import format as fmt
+from ..mdl import limits
+from ..mdl.shapes import dynamic_from_wire, gear_shapes, infer_shapes, max_input_shapes, resolve_input_shapes
 from .executor import Executor
 
 
-def _io_desc(info: fmt.ValueInfo, shape) -> dict:
-    size = 0 if shape is None else math.prod(shape) * info.dtype.itemsize
+def _io_desc(info: fmt.ValueInfo, size: int) -> dict:
     return {"name": info.name, "dtype": str(info.dtype), "acl_dtype": int(acl_dtype(info.dtype)),
             "dims": list(info.shape), "size": size}
+
+
+def _largest_shapes(model: fmt.ModelDef) -> list:
+    """The input shapes a host must be able to allocate for: each image-size / dims gear, else the largest
+    batch gear or the static shapes; ``[None]`` when a -1 dim has no gear to bound it."""
+    profiles = model.image_sizes or model.dims
+    if profiles:
+        return [gear_shapes(model, p) for p in profiles]
+    return [max_input_shapes(model)]
 
 
 def describe(model: fmt.ModelDef, capacity: int | None = None) -> dict:
     """The msgpack-able description the host's ``get_desc`` serves.
 
-    ``dims`` are the declared dims (-1 for dynamic ones); ``size`` is what the host must allocate:
-    the size at the largest batch gear for a dynamic-batch model, 0 when a dim is unbounded.
-    With ``capacity`` (the card's HBM bytes), a model whose inputs, outputs or intermediates at
-    those shapes cannot fit the card is refused here, before any size reaches the wire.
+    ``dims`` are the declared dims (-1 for dynamic ones); ``size`` is what the host must allocate, as
+    CANN's desc reports it: the size at the largest gear (batch, image size or dims) for a model with
+    gears, 0 when a -1 dim has no gear to bound it. With ``capacity`` (the card's HBM bytes), a model
+    whose inputs, outputs or intermediates at any gear cannot fit the card is refused here, before any
+    size reaches the wire.
     """
-    in_shapes = max_input_shapes(model)
     declared = [v.shape for v in model.inputs]
-    try:  # unbounded dims: the symbolic shapes (-1 counts as 1 in the capacity check)
-        if model.specs is not None and in_shapes in (None, declared):
-            specs = model.specs  # what parse inferred at exactly these shapes
-        else:
-            specs = infer_shapes(model, in_shapes if in_shapes is not None else declared)
-    except AclError as exc:  # e.g. a fixed Reshape that only fits some of the gears
-        raise AclError(AclErrorCode.ACL_ERROR_PARSE_MODEL,
-                       f"parse model: model {model.name!r} cannot run at its largest input shapes "
-                       f"{[list(s) for s in in_shapes or ()]}: {exc.message}") from None
-    if capacity is not None:
-        limits.check_fits_card(model, specs, capacity, fmt._fail)
-    out_shapes = None if in_shapes is None else [specs[v.name].shape for v in model.outputs]
+    sizes = {v.name: 0 for v in (*model.inputs, *model.outputs)}
+    for in_shapes in _largest_shapes(model):
+        try:  # unbounded dims: the symbolic shapes (-1 counts as 1 in the capacity check)
+            if model.specs is not None and in_shapes in (None, declared):
+                specs = model.specs  # what parse inferred at exactly these shapes
+            else:
+                specs = infer_shapes(model, in_shapes if in_shapes is not None else declared)
+        except AclError as exc:  # e.g. a fixed Reshape that only fits some of the gears
+            raise AclError(AclErrorCode.ACL_ERROR_PARSE_MODEL,
+                           f"parse model: model {model.name!r} cannot run at its input shapes "
+                           f"{[list(s) for s in in_shapes or ()]}: {exc.message}") from None
+        if capacity is not None:
+            limits.check_fits_card(model, specs, capacity, fmt._fail)
+        if in_shapes is not None:
+            for v in (*model.inputs, *model.outputs):
+                sizes[v.name] = max(sizes[v.name], math.prod(specs[v.name].shape) * v.dtype.itemsize)
     return {
         "name": model.name,
-        "inputs": [_io_desc(v, None if in_shapes is None else in_shapes[i]) for i, v in enumerate(model.inputs)],
-        "outputs": [_io_desc(v, None if out_shapes is None else out_shapes[i]) for i, v in enumerate(model.outputs)],
+        "inputs": [_io_desc(v, sizes[v.name]) for v in model.inputs],
+        "outputs": [_io_desc(v, sizes[v.name]) for v in model.outputs],
         "batch_sizes": list(model.batch_sizes),
         "weight_bytes": model.weight_bytes,
     }

@@ -42,7 +42,22 @@ _binary("Add", "add", np.add, NUMERIC, "C = A + B (numpy broadcasting; ints wrap
 _binary("Sub", "sub", np.subtract, NUMERIC, "C = A - B (numpy broadcasting; ints wrap).")
 _binary("Mul", "mul", np.multiply, NUMERIC, "C = A * B (numpy broadcasting; ints wrap).")
 _binary("Div", "div", np.divide, FLOATS, "C = A / B (numpy broadcasting; x/0 gives inf or nan).")
-_binary("Pow", "pow", np.power, FLOATS, "Z = X ** Y (numpy broadcasting; X and Y share a float dtype).")
+
+
+def _pow_infer(specs, attrs):
+    x, y = specs
+    check_dtype("Pow", "X", x, FLOATS)
+    check_dtype("Pow", "Y", y, NUMERIC)  # ONNX Pow-15: the exponent may have another numeric dtype
+    return [TensorSpec(broadcast("Pow", [("X", x.shape), ("Y", y.shape)]), x.dtype)]
+
+
+def _pow_compute(inputs, outputs, attrs):
+    """Z = X ** Y (numpy broadcasting; Y of any numeric dtype, Z has X's float dtype)."""
+    x = wide(inputs[0])
+    outputs[0][...] = np.power(x, wide(inputs[1]).astype(x.dtype))
+
+
+define("Pow", "pow", _pow_infer, _pow_compute, min_inputs=2)
 
 
 # ---------------------------------------------------------------- unary math and activations

@@ -3,4 +3,5 @@ adding its ``OpDef``s to ``opdef.py``'s table; ``registry.py`` imports it and lo
 
 from __future__ import annotations
 
-from . import elementwise, nn, optim, reduce, shape_ops, training  # noqa: F401  (register on import)
+from . import (activations, conv, conv_transpose, elementwise, indices, layout, nn, optim,  # noqa: F401
+               pool, reduce, reduce_more, resize, shape_ops, training)

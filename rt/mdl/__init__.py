@@ -4,7 +4,7 @@ A model runs on a card (``rt/card/models.py``, ``rt/card/executor.py``); loading
 a communicator (batch- or tensor-sharded) is HCCL's: ``hccl.load_sharded``.
 """
 
-from .api import *  # noqa: F401,F403  (pyACL-named host functions)
+from .api import *
 from .api import __all__ as _api_names
 from .builder import GraphBuilder, Value
 from .format import ModelDef, Node, ValueInfo, Weight, parse, serialize

@@ -14,21 +14,48 @@ import threading
 
 from .. import args
 from ..constants import AclErrorCode
+from ..diag import slog
 from ..errors import AclError
 from ..host import devices, streams
-from ..diag import slog
 from ..host.seam import SEAM, dev
 from . import format as fmt
-from .dataset import (DataBuffer, Dataset, _check_buffer, _check_dataset, create_data_buffer, update_data_buffer,
-                      destroy_data_buffer, get_data_buffer_addr, get_data_buffer_size_v2, create_dataset,
-                      add_dataset_buffer, get_dataset_num_buffers, get_dataset_buffer, destroy_dataset,
-                      get_data_buffer_size)
-from .desc import (ModelDesc, _io, get_num_inputs, get_num_outputs, get_input_size_by_index,
-                   get_output_size_by_index, get_input_dims, get_output_dims, get_cur_output_dims,
-                   get_input_data_type, get_output_data_type, get_input_format, get_output_format,
-                   get_input_name_by_index, get_output_name_by_index, get_input_index_by_name,
-                   get_output_index_by_name)
-from .shapes import output_specs, resolve_input_shapes
+from .dataset import (
+    DataBuffer,
+    Dataset,
+    _check_buffer,
+    _check_dataset,
+    add_dataset_buffer,
+    create_data_buffer,
+    create_dataset,
+    destroy_data_buffer,
+    destroy_dataset,
+    get_data_buffer_addr,
+    get_data_buffer_size,
+    get_data_buffer_size_v2,
+    get_dataset_buffer,
+    get_dataset_num_buffers,
+    update_data_buffer,
+)
+from .desc import (
+    ModelDesc,
+    _io,
+    get_cur_output_dims,
+    get_input_data_type,
+    get_input_dims,
+    get_input_format,
+    get_input_index_by_name,
+    get_input_name_by_index,
+    get_input_size_by_index,
+    get_num_inputs,
+    get_num_outputs,
+    get_output_data_type,
+    get_output_dims,
+    get_output_format,
+    get_output_index_by_name,
+    get_output_name_by_index,
+    get_output_size_by_index,
+)
+from .shapes import check_gear, output_specs, resolve_input_shapes
 
 INVALID = AclErrorCode.ACL_ERROR_INVALID_PARAM
 
@@ -128,6 +155,7 @@ def set_input_dynamic_dims(model_id: int, dataset: Dataset, index: int, dims) ->
     dims = args.int_list(dims, "set_input_dynamic_dims", "dims", lo=0, hi=fmt.MAX_DIM)  # 2.5 / inf / "3" refused
     if len(dims) != len(declared) or any(w not in (-1, d) for d, w in zip(dims, declared)):
         raise AclError(INVALID, f"set_input_dynamic_dims: dims {dims} do not fit input {index}'s declared dims {declared}")
+    check_gear(m.shapes, dims, index, "set_input_dynamic_dims")
     dataset.dims[index] = dims
 
 

@@ -22,7 +22,8 @@ from ..dtypes import np_dtype
 from ..errors import AclError
 from ..files import FileRefused, check_path
 from ..kernels import registry
-from . import format as fmt, limits
+from . import format as fmt
+from . import limits
 from .shapes import infer_shapes, resolve_input_shapes
 
 INVALID = AclErrorCode.ACL_ERROR_INVALID_PARAM
@@ -31,7 +32,7 @@ INVALID = AclErrorCode.ACL_ERROR_INVALID_PARAM
 class Value:
     """A handle to a tensor of the graph under construction (``.name``, ``.shape``, ``.dtype``)."""
 
-    def __init__(self, graph: "GraphBuilder", name: str, spec: registry.TensorSpec, kind: str):
+    def __init__(self, graph: GraphBuilder, name: str, spec: registry.TensorSpec, kind: str):
         self.graph = graph
         self.name = name
         self.spec = spec
@@ -124,7 +125,7 @@ class GraphBuilder:
         self._claim("constant", name)
         array = np.asarray(array)
         dtype = np_dtype(array.dtype.newbyteorder("="))  # the file stores native little-endian bytes
-        array = np.ascontiguousarray(array, dtype=dtype)
+        array = np.ascontiguousarray(array, dtype=dtype).reshape(array.shape)  # ascontiguousarray makes 0-d 1-d
         value = Value(self, name, registry.TensorSpec(array.shape, dtype), "constant")
         self._values[name] = value
         self._weights.append((value, array.tobytes()))

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-
 from .. import args
-from ..host.procmaps import unmapped
 from ..addresses import decode_addr
 from ..constants import AclErrorCode
 from ..errors import AclError
+from ..host.procmaps import unmapped
 from .desc import _is_index
 
 INVALID = AclErrorCode.ACL_ERROR_INVALID_PARAM
@@ -116,4 +115,4 @@ def destroy_dataset(ds: Dataset) -> None:
 
 
 
-__all__ = ["DataBuffer", "Dataset", "create_data_buffer", "update_data_buffer", "destroy_data_buffer", "get_data_buffer_addr", "get_data_buffer_size_v2", "create_dataset", "add_dataset_buffer", "get_dataset_num_buffers", "get_dataset_buffer", "destroy_dataset", "get_data_buffer_size"]
+__all__ = ["DataBuffer", "Dataset", "add_dataset_buffer", "create_data_buffer", "create_dataset", "destroy_data_buffer", "destroy_dataset", "get_data_buffer_addr", "get_data_buffer_size", "get_data_buffer_size_v2", "get_dataset_buffer", "get_dataset_num_buffers", "update_data_buffer"]

@@ -136,4 +136,4 @@ def get_output_index_by_name(desc: ModelDesc, name: str) -> int:
 
 
 
-__all__ = ["ModelDesc", "get_num_inputs", "get_num_outputs", "get_input_size_by_index", "get_output_size_by_index", "get_input_dims", "get_output_dims", "get_cur_output_dims", "get_input_data_type", "get_output_data_type", "get_input_format", "get_output_format", "get_input_name_by_index", "get_output_name_by_index", "get_input_index_by_name", "get_output_index_by_name"]
+__all__ = ["ModelDesc", "get_cur_output_dims", "get_input_data_type", "get_input_dims", "get_input_format", "get_input_index_by_name", "get_input_name_by_index", "get_input_size_by_index", "get_num_inputs", "get_num_outputs", "get_output_data_type", "get_output_dims", "get_output_format", "get_output_index_by_name", "get_output_name_by_index", "get_output_size_by_index"]

@@ -26,7 +26,7 @@ from ..errors import AclError
 from ..files import FileRefused, read_regular_file
 from ..kernels import registry
 from . import limits
-from .model import ModelDef, Node, ValueInfo, Weight  # noqa: F401  (re-exported: fmt.ModelDef)
+from .model import ModelDef, Node, ValueInfo, Weight
 
 FORMAT_TAG = "npusim-om"
 FORMAT_VERSION = 1
@@ -71,6 +71,9 @@ def to_document(model: ModelDef) -> dict:
     }
     if model.batch_sizes:
         doc["dynamic"] = {"batch_sizes": list(model.batch_sizes)}
+    elif model.image_sizes or model.dims:  # gears of the -1 dims (atc --dynamic_image_size / --dynamic_dims)
+        key = "image_sizes" if model.image_sizes else "dims"
+        doc["dynamic"] = {key: [list(p) for p in model.image_sizes or model.dims]}
     return doc
 
 
@@ -111,11 +114,11 @@ def decode(data) -> dict:
                        f"load model: expected the model as bytes, got {type(data).__name__}")
     n = len(data)
     if bytes(data[:4]) == ATC_MAGIC:
-        raise AclError(PARSE, "load model: this is an ATC-compiled .om (its kernels are built for a real Ascend AI "
-                              "Core), which npusim cannot run. npusim loads its own model format under any file name: "
-                              "build a stand-in with the same input and output names, dtypes and shapes with "
-                              "rt.mdl.GraphBuilder and save it under the same name (examples/acl_standin.py does "
-                              "ResNet-50's; docs/pyacl.md, 'A stand-in for an ATC model')")
+        raise AclError(PARSE, "load model: this is an ATC-compiled .om (Huawei's ATC built its kernels for a real "
+                              "Ascend AI Core), which npusim cannot run. Convert the model's ONNX file with npusim's "
+                              "atc, same flags: atc --model=model.onnx --framework=5 --output=model "
+                              "--soc_version=Ascend910B1 (docs/atc.md); or build a stand-in with rt.mdl.GraphBuilder "
+                              "(docs/pyacl.md, 'A stand-in for an ATC model')")
     if n == 0 or n > MAX_MODEL_BYTES:
         raise AclError(AclErrorCode.ACL_ERROR_INVALID_FILE,
                        f"load model: model size {n} bytes is outside 1..{MAX_MODEL_BYTES}")
@@ -234,10 +237,33 @@ def _weight(doc, where: str) -> Weight:
     return Weight(name, dtype, shape, data)
 
 
-def _batch_sizes(doc: dict, inputs: tuple[ValueInfo, ...]) -> tuple[int, ...]:
+def _dynamic(doc: dict, inputs: tuple[ValueInfo, ...]) -> dict:
+    """ModelDef's gear fields from the optional ``dynamic`` map: exactly one of batch_sizes, image_sizes, dims."""
     dynamic = _get(doc, "dynamic", dict, "model", optional=True)
     if not dynamic:
-        return ()
+        return {}
+    if len(dynamic) != 1 or set(dynamic) - {"batch_sizes", "image_sizes", "dims"}:
+        _fail("dynamic", f"keys {sorted(dynamic)}: expected exactly one of batch_sizes, image_sizes, dims")
+    if "batch_sizes" in dynamic:
+        return {"batch_sizes": _batch_sizes(dynamic, inputs)}
+    key = next(iter(dynamic))
+    profiles = _get(dynamic, key, list, "dynamic")
+    free = sum(v.shape.count(-1) for v in inputs)
+    width = 2 if key == "image_sizes" else free
+    if not 1 <= len(profiles) <= MAX_BATCH_GEARS or not free or (key == "image_sizes" and any(
+            v.shape.count(-1) not in (0, 2) for v in inputs)):
+        _fail("dynamic", f"{key}: {len(profiles)} profiles over inputs with {free} dims of -1, expected "
+                         f"1..{MAX_BATCH_GEARS} profiles and -1 dims to choose ({'two per input' if width == 2 else 'any'})")
+    for p in profiles:
+        if not isinstance(p, list) or len(p) != width or not all(
+                isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= MAX_DIM for d in p):
+            _fail("dynamic", f"{key} profile {_short(p)} is not a list of {width} ints in 1..{MAX_DIM}")
+    if len({tuple(p) for p in profiles}) != len(profiles):
+        _fail("dynamic", f"{key} has duplicate profiles")
+    return {key: tuple(tuple(p) for p in profiles)}
+
+
+def _batch_sizes(dynamic: dict, inputs: tuple[ValueInfo, ...]) -> tuple[int, ...]:
     sizes = _get(dynamic, "batch_sizes", list, "dynamic")
     if not 1 <= len(sizes) <= MAX_BATCH_GEARS:
         _fail("dynamic", f"batch_sizes has {len(sizes)} entries, expected 1..{MAX_BATCH_GEARS}")
@@ -285,7 +311,7 @@ def _parse(data) -> ModelDef:
     weights = tuple(_weight(d, f"weights[{i}]") for i, d in enumerate(_get(doc, "weights", list, "model")))
     if not outputs:
         _fail("model", "has no outputs")
-    model = ModelDef(name, inputs, outputs, nodes, weights, _batch_sizes(doc, inputs))
+    model = ModelDef(name, inputs, outputs, nodes, weights, **_dynamic(doc, inputs))
     return check_graph(model)
 
 

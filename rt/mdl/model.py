@@ -66,6 +66,10 @@ class ModelDef:
     nodes: tuple[Node, ...]
     weights: tuple[Weight, ...]
     batch_sizes: tuple[int, ...] = ()  # dynamic-batch gears; empty = not a dynamic-batch model
+    # gears of the -1 dims (values in input order) of an atc --dynamic_image_size / --dynamic_dims model;
+    # at most one of batch_sizes, image_sizes, dims is set
+    image_sizes: tuple[tuple[int, int], ...] = ()
+    dims: tuple[tuple[int, ...], ...] = ()
     # every value's spec at the declared input shapes, as check_graph inferred them (so a loader need
     # not re-run inference for a static model); derived data, not part of the model's identity
     specs: dict | None = dataclasses.field(default=None, compare=False, repr=False)

@@ -73,7 +73,44 @@ def resolve_input_shapes(model: ModelDef, batch: int | None = None, dims=None) -
             raise AclError(INPUT_MISMATCH, f"model {model.name!r} input {i} ({v.name!r}) has dynamic shape "
                                            f"{list(v.shape)}; the execution must choose {need}")
         shapes.append(tuple(shape))
+    check_gear(model, shapes)
     return shapes
+
+
+def gear_shapes(model: ModelDef, profile) -> list[tuple[int, ...]]:
+    """Input shapes at one ``image_sizes`` / ``dims`` gear: the -1 dims take the gear's values in input order
+    (an image size applies to the two -1 dims of every input that has them)."""
+    shapes = []
+    values = iter(profile)
+    for v in model.inputs:
+        if model.image_sizes:
+            values = iter(profile)
+        shapes.append(tuple(next(values) if d == -1 else d for d in v.shape))
+    return shapes
+
+
+def gear_list(model: ModelDef) -> str:
+    """The model's image-size / dims gears as a message shows them."""
+    key = "image size" if model.image_sizes else "dims"
+    return f"{key} gears {[list(p) for p in model.image_sizes or model.dims]}"
+
+
+def check_gear(model: ModelDef, shapes, index: int | None = None, call: str = "model execute") -> None:
+    """Refuse input shapes (all of them, or only input ``index``'s) that are not at one of the model's
+    ``image_sizes`` / ``dims`` gears, as CANN refuses a size it was not compiled for (100000)."""
+    profiles = model.image_sizes or model.dims
+    if not profiles:
+        return
+    at = [gear_shapes(model, p) for p in profiles]
+    if index is None:
+        fits = [tuple(s) for s in shapes] in at
+    else:
+        fits = tuple(shapes) in {g[index] for g in at}
+    if not fits:
+        what = "input shapes" if index is None else f"input {index} ({model.inputs[index].name!r}) dims"
+        got = [list(s) for s in shapes] if index is None else list(shapes)
+        raise AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM,
+                       f"{call}: model {model.name!r}: {what} {got} are not at one of the model's {gear_list(model)}")
 
 
 def max_input_shapes(model: ModelDef) -> list[tuple[int, ...]] | None:

@@ -111,9 +111,8 @@ def test_bytes_region_lives_while_the_program_holds_the_bytes():
     q = regions.add_array(arr)
     del arr
     gc.collect()
-    with pytest.raises(rt.NpuError) as e:
-        regions.view(q, 4, "t", "src")
-    assert e.value.code == 107000 and "is gone" in e.value.message
+    assert regions.lookup(q, 4, "t", "src") is None         # forgotten: its memory is judged by the memory map
+    assert len(regions._regions) == 1
 
 
 def test_writing_into_bytes_and_reading_back_with_ptr_helpers(acl0):
@@ -168,7 +167,8 @@ def test_load_from_mem_reads_the_host_address(acl0, tmp_path):
     model_id, ret = acl.mdl.load_from_mem(acl.util.bytes_to_ptr(data), len(data))
     assert ret == 0
     assert acl.mdl.load_from_mem(acl.util.bytes_to_ptr(data), len(data) + 1)[1] == 107000    # past the end
-    assert acl.mdl.query_size(str(path)) == (0, (3 * 1000 + 1000) * 4, 0)
+    work, weight, ret = acl.mdl.query_size(str(path))          # work: the intermediates' bytes, never 0
+    assert (weight, ret) == ((3 * 1000 + 1000) * 4, 0) and work >= 3 * 4 + 1000 * 4
     assert acl.mdl.unload(model_id) == 0 and acl.mdl.unload(model_id) != 0
 
 

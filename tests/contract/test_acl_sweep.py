@@ -33,6 +33,20 @@ VALID = {
     ("rt.process_report", "timeout"): {"neg"},
     ("float_to_float16", "value"): {"neg", "float", "nan"},                # any float has an fp16 pattern
     ("mdl.get_input_index_by_name", "name"): {"str"},                     # "x" is the model's input
+    ("create_tensor_desc", "data_type"): {"neg"}, ("create_tensor_desc", "format"): {"neg"},  # -1: undefined
+    ("app_log", "message"): {"str"}, ("set_tensor_desc_name", "name"): {"str"}, ("mdl.get_dynamic_hw", "index"): {"neg"},
+    ("mdl.get_op_attr", "op_name"): {"str"}, ("mdl.get_input_dynamic_gear_count", "index"): {"neg"},
+    ("mdl.get_input_dynamic_dims", "index"): {"neg"}, ("mdl.get_op_attr", "attr"): {"str"},    # index: -1 reserved
+    ("set_tensor_format", "format"): {"neg"}, ("set_tensor_storage_format", "format"): {"neg"},
+    **{(f"op.set_attr_{t}", "attr_name"): {"str"} for t in ("bool", "int", "float", "string", "data_type", "list_bool",
+                                                           "list_int", "list_float", "list_string", "list_data_type",
+                                                           "list_list_int")},
+    ("op.set_attr_int", "attr_value"): {"neg"}, ("op.set_attr_float", "attr_value"): {"neg", "float", "nan"},
+    ("op.set_attr_string", "attr_value"): {"str"}, ("op.set_attr_list_string", "attr_value"): set(),
+    **{(f, "attr"): {"None"} for f in ("op.execute", "op.execute_v2", "op.compile", "op.compile_and_execute",
+                                       "op.compile_and_execute_v2")},          # no attributes
+    **{(f, "op_path"): {"None", "str"} for f in ("op.compile", "op.compile_and_execute",
+                                                  "op.compile_and_execute_v2")},   # unused for built-in ops
 }
 # Valid values that wait for something the sweep never provides (pyACL's -1: no time limit).
 BLOCKS = {("rt.process_report", "timeout", "neg")}
@@ -98,11 +112,29 @@ class Goods:
             "model_path": lambda: str(self.tmp_path / "sweep.om"), "model": self.model_bytes,
             "model_size": lambda: len(self.model_bytes()), "batch_size": lambda: 2, "dims": lambda: [2, 4],
             "ptr": self.host, "shape": lambda: (4,), "npy_type": lambda: 2, "func": lambda: (lambda a: None),
-            "args_list": lambda: None,
+            "args_list": lambda: None, "log_level": lambda: 1, "message": lambda: "x", "format": lambda: 2,
+            "desc": self.tensor_desc, "tensor_desc": self.tensor_desc, "mem_type": lambda: 0, "work_ptr": lambda: 0, "work_size": lambda: 0,
+            "weight_ptr": lambda: 0, "weight_size": lambda: 0, "height": lambda: 4, "width": lambda: 4,
+            "aipp_set": lambda: acl.mdl.create_aipp(1), "attr_name": lambda: "k", "attr_value": lambda: 1,
+            "op_type": lambda: "Add", "input_desc": lambda: [self.tensor_desc(), self.tensor_desc()],
+            "inputs": lambda: [self.buffer(), self.buffer()], "output_desc": lambda: [self.tensor_desc()],
+            "outputs": lambda: [self.buffer()], "engine_type": lambda: 0, "compile_flag": lambda: 0,
+            "op_path": lambda: "", "model_dir": lambda: str(self.tmp_path), "op_name": lambda: "x",
+            "gear_count": lambda: 0,
         }
+        if func == "mdl.get_op_attr" and name == "attr":
+            return "_datadump_original_op_names"
+        if func.startswith("op.") and name == "attr":
+            return acl.op.create_attr()
+        if func.startswith("op.set_attr_list"):
+            return {"attr_value": ["x"] if "string" in func else [[1]] if "list_list" in func else [1]}.get(
+                name, table[name]())
         if func == "mdl.set_input_dynamic_dims" and name == "dims":
             return {"dimCount": 2, "name": "", "dims": [2, 4]}
         return table[name]()
+
+    def tensor_desc(self):
+        return acl.create_tensor_desc(0, [2, 4], 2)
 
     def recorded_event(self):
         ev = acl.rt.create_event()[0]
@@ -154,13 +186,17 @@ class Hostile:
             "model_desc": [("destroyed", lambda: self.destroyed(g.desc, acl.mdl.destroy_desc))],
             "model_id": [("unloaded", lambda: self.destroyed(g.model_id, acl.mdl.unload))],
             "host_ptr": [("freed", lambda: self.destroyed(g.host, acl.rt.free_host))],
+            "desc": [("destroyed", lambda: self.destroyed(g.tensor_desc, acl.destroy_tensor_desc))],
+            "tensor_desc": [("destroyed", lambda: self.destroyed(g.tensor_desc, acl.destroy_tensor_desc))],
+            "attr": [("destroyed", lambda: self.destroyed(acl.op.create_attr, acl.op.destroy_attr))],
         }
         return table.get(name, [])
 
 
 def facade_functions():
     out = []
-    for prefix, mod in (("", acl), ("rt", acl.rt), ("mdl", acl.mdl), ("util", acl.util), ("media", acl.media)):
+    for prefix, mod in (("", acl), ("rt", acl.rt), ("mdl", acl.mdl), ("op", acl.op), ("util", acl.util),
+                        ("media", acl.media)):
         for name in sorted(getattr(mod, "__all__", dir(mod))):
             fn = getattr(mod, name, None)
             qual = f"{prefix}.{name}" if prefix else name
