@@ -24,6 +24,7 @@ import time
 
 import torch
 import torch.distributed as dist
+
 import torch_npu  # noqa: F401
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
@@ -115,8 +116,8 @@ def main() -> None:
     for size in (parse_size(s) for s in a.sizes.split(",")):
         iters = a.iters or (50 if size < (1 << 20) else 10)
         x_npu, x_cpu = torch.ones(size // 4, device="npu"), torch.ones(size // 4)
-        t_hccl = timed(lambda: dist.all_reduce(x_npu), iters)
-        t_gloo = timed(lambda: dist.all_reduce(x_cpu, group=gloo), iters)
+        t_hccl = timed(lambda x=x_npu: dist.all_reduce(x), iters)
+        t_gloo = timed(lambda x=x_cpu: dist.all_reduce(x, group=gloo), iters)
         rows.append((size, t_hccl, t_gloo))
     if rank == 0:
         factor = 2 * (world - 1) / world

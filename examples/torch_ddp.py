@@ -16,8 +16,9 @@ import os
 
 import torch
 import torch.distributed as dist
-import torch_npu  # noqa: F401  - registers torch.npu and the "hccl" backend
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import torch_npu  # noqa: F401  - registers torch.npu and the "hccl" backend
 
 STEPS, GLOBAL_BATCH, FEATURES, CLASSES, LR = 30, 64, 20, 5, 0.2
 

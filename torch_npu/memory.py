@@ -1,8 +1,11 @@
-"""``torch.npu`` memory statistics: the bytes of ``npu:k`` tensors, counted on card k (``storage.py``).
+"""``torch.npu`` memory statistics and ``mem_get_info``: the blocks of ``npu:k`` tensors and the segments this
+process reserved for them on card k (``storage.py``, ``segments.py``).
 
 torch_npu's names, arguments and return shapes (``memory_stats`` is an ``OrderedDict`` in torch's
-``"allocated_bytes.all.current"`` key style, ``memory_summary`` a text table). npusim's npu tensors are not cached
-after they die, so reserved memory equals allocated memory and ``empty_cache`` only settles the counters.
+``"allocated_bytes.all.current"`` key style, ``memory_summary`` a text table). ``memory_allocated`` is the bytes of
+live npu tensors, ``memory_reserved`` the segments the card holds for this process (while the runtime runs; before,
+each tensor is only counted and reserved equals allocated), ``empty_cache`` gives the unused segments back to the
+card, ``mem_get_info`` is the card's own answer.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ import collections
 
 import torch
 
-from . import storage
+from . import segments, storage
+from ._error_code import ErrCode, pta_error
 from .backend import current_index
+from .distributed.bootstrap import device_count
 
-__all__ = ["empty_cache", "max_memory_allocated", "max_memory_reserved", "memory_allocated", "memory_reserved",
-           "memory_stats", "memory_stats_as_nested_dict", "memory_summary", "reset_accumulated_memory_stats",
-           "reset_max_memory_allocated", "reset_peak_memory_stats"]
+__all__ = ["empty_cache", "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
+           "memory_reserved", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
+           "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_peak_memory_stats"]
 
 
 def _device_index(device) -> int:
@@ -34,24 +39,27 @@ def _device_index(device) -> int:
 
 
 def _current(device) -> storage.DeviceStats:
-    storage.sweep()
-    return storage.stats(_device_index(device))
+    index = _device_index(device)
+    with storage._lock:
+        storage.sweep()
+        storage.reservations(index)            # segments the card already released are dropped
+        return storage.stats(index)
 
 
 def memory_stats_as_nested_dict(device=None) -> dict:
     """The statistics of :func:`memory_stats` as nested dicts (``stats["allocated_bytes"]["all"]["current"]``)."""
     st = _current(device)
     out: dict = {}
-    for name, table in (("allocated_bytes", st.nbytes), ("reserved_bytes", st.nbytes), ("active_bytes", st.nbytes),
-                        ("requested_bytes", st.nbytes), ("allocation", st.count), ("segment", st.count),
+    for name, table in (("allocated_bytes", st.nbytes), ("reserved_bytes", st.reserved), ("active_bytes", st.nbytes),
+                        ("requested_bytes", st.nbytes), ("allocation", st.count), ("segment", st.segments),
                         ("active", st.count)):
         out[name] = {pool: {"current": s.current, "peak": s.peak, "allocated": s.allocated, "freed": s.freed}
                      for pool, s in table.items()}
     zero = {pool: {"current": 0, "peak": 0, "allocated": 0, "freed": 0} for pool in storage.POOLS}
     out["inactive_split"] = zero
     out["inactive_split_bytes"] = {p: dict(v) for p, v in zero.items()}
-    out.update(num_alloc_retries=0, num_ooms=st.num_ooms, num_sync_all_streams=0,
-               num_device_alloc=st.count["all"].allocated, num_device_free=st.count["all"].freed,
+    out.update(num_alloc_retries=st.num_alloc_retries, num_ooms=st.num_ooms, num_sync_all_streams=0,
+               num_device_alloc=st.segments["all"].allocated, num_device_free=st.segments["all"].freed,
                max_split_size=-1)
     return out
 
@@ -81,12 +89,14 @@ def max_memory_allocated(device=None) -> int:
 
 
 def memory_reserved(device=None) -> int:
-    """Bytes held for npu tensors (no cache here: equal to :func:`memory_allocated`)."""
-    return memory_allocated(device)
+    """Bytes this process holds on the card for npu tensors: its segments there (``rt.get_mem_info`` counts them);
+    before the runtime runs, the counted tensors' bytes."""
+    return _current(device).reserved["all"].current
 
 
 def max_memory_reserved(device=None) -> int:
-    return max_memory_allocated(device)
+    """Peak of :func:`memory_reserved` since the start or the last :func:`reset_peak_memory_stats`."""
+    return _current(device).reserved["all"].peak
 
 
 def reset_peak_memory_stats(device=None) -> None:
@@ -99,16 +109,34 @@ def reset_max_memory_allocated(device=None) -> None:
 
 
 def reset_accumulated_memory_stats(device=None) -> None:
-    """The ``allocated``/``freed`` totals and ``num_ooms`` restart from zero."""
+    """The ``allocated``/``freed`` totals, ``num_ooms`` and ``num_alloc_retries`` restart from zero."""
     st = _current(device)
-    for s in (*st.nbytes.values(), *st.count.values()):
-        s.allocated = s.freed = 0
-    st.num_ooms = 0
+    for table in (st.nbytes, st.count, st.reserved, st.segments):
+        for s in table.values():
+            s.allocated = s.freed = 0
+    st.num_ooms = st.num_alloc_retries = 0
 
 
 def empty_cache() -> None:
-    """Nothing is cached: settles the counters of npu tensors that died."""
+    """Give every segment no live npu tensor uses back to its card (which releases them at once)."""
     storage.sweep()
+    ready = segments.card_ready()
+    for index in storage.devices():
+        if storage.release_unused(index) and ready:
+            segments.card_empty_cache(index)
+
+
+def mem_get_info(device=None) -> tuple[int, int]:
+    """``(free, total)`` bytes of the card's HBM as the card reports them (``rt.get_mem_info``: everything on the
+    card counts, this process's segments among them). Before the runtime runs: the config's capacity less the
+    bytes counted here."""
+    index = _device_index(device)
+    if not 0 <= index < device_count():
+        raise AssertionError("Invalid device id" + pta_error(ErrCode.VALUE))
+    if segments.card_ready():
+        return segments.card_mem_info(index)
+    cap = storage.capacity(index)
+    return max(cap - memory_reserved(index), 0), cap
 
 
 def _fmt(nbytes: int) -> str:
@@ -125,12 +153,13 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     st = _current(index)
     line = "|" + "=" * 75 + "|"
     rows = [line, "|{:^75}|".format(f"PyTorch NPU memory summary, device ID {index}"), "|" + "-" * 75 + "|",
-            "|{:^36}|{:^38}|".format(f"NPU OOMs: {st.num_ooms}", "npuMalloc retries: 0"), line,
+            "|{:^36}|{:^38}|".format(f"NPU OOMs: {st.num_ooms}", f"npuMalloc retries: {st.num_alloc_retries}"), line,
             "|        Metric         | Cur Usage  | Peak Usage | Tot Alloc  | Tot Freed  |", "|" + "-" * 75 + "|"]
     pools = ("all",) if abbreviated else storage.POOLS
     for title, table, fmt in (("Allocated memory", st.nbytes, _fmt), ("Active memory", st.nbytes, _fmt),
-                              ("Requested memory", st.nbytes, _fmt), ("GPU reserved memory", st.nbytes, _fmt),
-                              ("Allocations", st.count, str), ("Active allocs", st.count, str)):
+                              ("Requested memory", st.nbytes, _fmt), ("GPU reserved memory", st.reserved, _fmt),
+                              ("Allocations", st.count, str), ("Active allocs", st.count, str),
+                              ("GPU reserved segments", st.segments, str)):
         title = title.replace("GPU", "NPU")
         for pool in pools:
             s = table[pool]
@@ -138,6 +167,6 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
             rows.append(f"| {label:<21} | {fmt(s.current):>10} | {fmt(s.peak):>10} | {fmt(s.allocated):>10} | "
                         f"{fmt(s.freed):>10} |")
         rows.append("|" + "-" * 75 + "|")
-    rows.append("|{:<75}|".format(" npusim: npu tensors are host memory, counted against the card's HBM"))
+    rows.append("|{:<75}|".format(" npusim: segments reserved on the card; the tensors' bytes are host memory"))
     rows.append(line)
     return "\n".join(rows) + "\n"

@@ -29,14 +29,13 @@ from .amp import (get_amp_supported_dtype, get_autocast_dtype, is_autocast_enabl
 from .distributed import bootstrap
 from .distributed.bootstrap import current_device, device_count
 from .distributed.process_group import wait_all_groups
-from .memory import (empty_cache, max_memory_allocated, max_memory_reserved, memory_allocated, memory_reserved,
-                     memory_stats, memory_stats_as_nested_dict, memory_summary, reset_accumulated_memory_stats,
-                     reset_max_memory_allocated, reset_peak_memory_stats)
+from .memory import (empty_cache, max_memory_allocated, max_memory_reserved, mem_get_info, memory_allocated,
+                     memory_reserved, memory_stats, memory_stats_as_nested_dict, memory_summary,
+                     reset_accumulated_memory_stats, reset_max_memory_allocated, reset_peak_memory_stats)
 from .npu_config import (CubeMathType, config, conv, get_mm_bmm_format_nd, is_jit_compile_false, matmul, set_aoe,
                          set_compile_mode, set_mm_bmm_format_nd, set_option)
 from .rng import (get_rng_state, get_rng_state_all, initial_seed, manual_seed, manual_seed_all, seed, seed_all,
                   set_rng_state, set_rng_state_all)
-from .storage import capacity
 from .streams import Event, Stream, StreamContext, current_stream, default_stream, set_stream, stream
 from .streams import device_index as _get_device_index
 
@@ -215,20 +214,6 @@ def can_device_access_peer(device_id, peer_device_id) -> bool:
 def is_bf16_supported(including_emulation: bool = False) -> bool:
     """bfloat16 is supported from the 910B on (the older Ascend910A/ProB and the 310 series lack it)."""
     return not get_device_name().startswith(("Ascend910A", "Ascend910P", "Ascend310"))
-
-
-def mem_get_info(device=None) -> tuple[int, int]:
-    """(free, total) bytes of the card's HBM: what the card reports free (its own allocations: collectives'
-    buffers, ``rt`` users) less the bytes of the card's ``npu`` tensors (``memory_reserved``, counted against
-    the card but held in host memory, ``storage.py``). Before the runtime runs: the capacity less those bytes."""
-    index = _valid(device)
-    held = memory_reserved(index)
-    if rt.is_initialized():
-        with _runtime.on(index):
-            free, total = rt.get_mem_info()
-    else:
-        free = total = capacity(index)
-    return max(int(free) - held, 0), int(total)
 
 
 def _is_in_bad_fork() -> bool:

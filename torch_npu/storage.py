@@ -1,25 +1,30 @@
-"""The memory of ``npu`` tensors: host memory each ``npu:k`` tensor owns, counted against card k's HBM capacity.
+"""The memory of ``npu`` tensors: host memory each ``npu:k`` tensor owns, accounted to card k.
 
 An ``npu`` tensor's storage is a PrivateUse1 storage on host memory: the CPU storage an operator computed into,
 adopted without a copy through DLPack (the npu storage owns it and frees it when it dies). torch does not tell
-Python when a storage dies, so each counted block keeps a weak reference to its storage and :func:`sweep`
-uncounts the blocks whose storage is gone: when an allocation would pass the card's capacity, every few hundred
-allocations, and before every statistics query, so the numbers ``torch.npu.memory_allocated`` reports are exact.
+Python when a storage dies, so each block keeps a weak reference to its storage and :func:`sweep` releases the
+blocks whose storage is gone: when no reserved segment has room for a new block, every few hundred allocations,
+and before every statistics query, so the numbers ``torch.npu.memory_allocated`` reports are exact.
 
-The bytes are counted per card in torch_npu's ``memory_stats`` keys; an allocation that would pass the card's
-HBM capacity (``rt.get_device_info(k).total_memory``, the config's ``hbm_bytes`` before the runtime starts)
-raises ``torch.OutOfMemoryError`` with torch_npu's text. The card's own allocator (``rt.get_mem_info``) does
-not see these bytes: they are not in card memory (docs/torch.md).
+While the runtime runs, each block takes room (its size rounded to 512 bytes) in a segment this process reserved
+on the card as torch_npu's caching allocator does (``segments.py``): ``memory_reserved`` is what the card holds
+for this process, and a segment the card refuses raises ``torch.OutOfMemoryError`` with torch_npu's text. Before
+the runtime runs there is no card to ask: each block is then only counted against the config's ``hbm_bytes``
+(reserved equals allocated). The bytes themselves are host memory either way (docs/torch.md).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 from dataclasses import dataclass, field
 
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
+
+from . import segments
+from .segments import CardRefused, Reservations, Segment, pool_of, round_size
 
 _CPU = torch.device("cpu")
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -30,13 +35,15 @@ _DEVICE_OFFSET = ctypes.sizeof(ctypes.c_void_p)    # DLTensor: void *data; DLDev
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-SWEEP_EVERY = 256                    # allocations between sweeps when nothing is near capacity
+SWEEP_EVERY = 256                    # allocations between sweeps when every block finds room
 
 
 @dataclass
 class _Block:
     device: int
-    nbytes: int
+    nbytes: int                      # the tensor storage's bytes (what memory_allocated counts)
+    size: int                        # the block: nbytes rounded to 512, the room it takes in its segment
+    seg: Segment | None              # None: counted only (made while the runtime was not running)
     ref: StorageWeakRef              # the npu storage (it owns the bytes)
 
 
@@ -59,40 +66,59 @@ class Stat:
 
 
 POOLS = ("all", "small_pool", "large_pool")
-SMALL_BLOCK = 1 << 20                # torch's small pool: blocks of at most 1 MiB
+
+
+def _stats_table() -> dict:
+    return {p: Stat() for p in POOLS}
 
 
 @dataclass
 class DeviceStats:
-    """One card's counters in torch's ``memory_stats`` sense, per pool (no cache: reserved == allocated)."""
-    nbytes: dict = field(default_factory=lambda: {p: Stat() for p in POOLS})
-    count: dict = field(default_factory=lambda: {p: Stat() for p in POOLS})
+    """One card's counters in torch's ``memory_stats`` sense, per pool: live blocks (``nbytes``, ``count``) and
+    reserved segments (``reserved``, ``segments``; a counted-only block is its own segment)."""
+    nbytes: dict = field(default_factory=_stats_table)
+    count: dict = field(default_factory=_stats_table)
+    reserved: dict = field(default_factory=_stats_table)
+    segments: dict = field(default_factory=_stats_table)
     num_ooms: int = 0
-    capacity: int | None = None
+    num_alloc_retries: int = 0
 
     @property
     def current(self) -> int:
         return self.nbytes["all"].current
 
     def add(self, n: int) -> None:
-        for pool in ("all", "small_pool" if n <= SMALL_BLOCK else "large_pool"):
+        for pool in ("all", pool_of(n)):
             self.nbytes[pool].add(n)
             self.count[pool].add(1)
 
     def sub(self, n: int) -> None:
-        for pool in ("all", "small_pool" if n <= SMALL_BLOCK else "large_pool"):
+        for pool in ("all", pool_of(n)):
             self.nbytes[pool].sub(n)
             self.count[pool].sub(1)
 
+    def add_segment(self, pool: str, size: int) -> None:
+        for p in ("all", pool):
+            self.reserved[p].add(size)
+            self.segments[p].add(1)
+
+    def sub_segment(self, pool: str, size: int) -> None:
+        for p in ("all", pool):
+            self.reserved[p].sub(size)
+            self.segments[p].sub(1)
+
     def reset_peak(self) -> None:
-        for st in (*self.nbytes.values(), *self.count.values()):
-            st.peak = st.current
+        for table in (self.nbytes, self.count, self.reserved, self.segments):
+            for st in table.values():
+                st.peak = st.current
 
 
 _lock = threading.RLock()
 _blocks: dict[int, _Block] = {}      # host data pointer -> block
 _stats: dict[int, DeviceStats] = {}
+_reservations: dict[int, Reservations] = {}
 _since_sweep = 0
+_config_hbm: dict[str | None, int] = {}
 
 
 def format_size(nbytes: int) -> str:
@@ -107,16 +133,17 @@ def format_size(nbytes: int) -> str:
 
 
 def capacity(device: int) -> int:
-    """Card ``device``'s HBM bytes: the runtime's device info once it runs, else the config's ``hbm_bytes``."""
-    st = stats(device)
-    if st.capacity is None:
-        import rt
+    """Card ``device``'s HBM bytes: the runtime's device info once it runs, else the config's ``hbm_bytes`` (read
+    once per ``NPUSIM_CONFIG`` value)."""
+    import rt
+    if rt.is_initialized():
+        return int(rt.get_device_info(device).total_memory)
+    key = os.environ.get("NPUSIM_CONFIG")
+    cap = _config_hbm.get(key)
+    if cap is None:
         from rt.config import load_config
-        if rt.is_initialized():
-            st.capacity = int(rt.get_device_info(device).total_memory)
-        else:
-            return int(load_config(None).hbm_bytes)
-    return st.capacity
+        cap = _config_hbm[key] = int(load_config(None).hbm_bytes)
+    return cap
 
 
 def stats(device: int) -> DeviceStats:
@@ -125,6 +152,29 @@ def stats(device: int) -> DeviceStats:
         if st is None:
             st = _stats[device] = DeviceStats()
         return st
+
+
+def _res(device: int) -> Reservations:
+    res = _reservations.get(device)
+    if res is None:
+        res = _reservations[device] = Reservations(device)
+    return res
+
+
+def reservations(device: int) -> Reservations:
+    """This process's segments on card ``device``, without those the card already released (context gone)."""
+    with _lock:
+        res = _res(device)
+        st = stats(device)
+        for seg in res.dead():
+            st.sub_segment(seg.pool, seg.size)
+        return res
+
+
+def devices() -> list[int]:
+    """The devices this process has reserved or counted memory on."""
+    with _lock:
+        return sorted(_stats)
 
 
 def sweep() -> int:
@@ -141,34 +191,97 @@ def sweep() -> int:
 
 def _release(ptr: int) -> int:
     b = _blocks.pop(ptr)
-    _stats[b.device].sub(b.nbytes)
+    st = _stats[b.device]
+    st.sub(b.nbytes)
+    if b.seg is None:
+        st.sub_segment(pool_of(b.nbytes), b.nbytes)
+    else:
+        b.seg.used -= b.size
     return b.nbytes
 
 
-def _reserve(device: int, nbytes: int) -> None:
-    """Count ``nbytes`` on card ``device``, or raise torch_npu's out-of-memory error."""
+def release_unused(device: int) -> int:
+    """Give this process's segments on card ``device`` that hold no live block back to the card; returns bytes."""
+    with _lock:
+        st = stats(device)
+        freed = reservations(device).release_unused()
+        for seg in freed:
+            st.sub_segment(seg.pool, seg.size)
+        return sum(seg.size for seg in freed)
+
+
+def _place(device: int, nbytes: int, size: int) -> Segment | None:
+    """Account ``nbytes`` more on card ``device`` (a block of ``size``): room in a reserved segment (the card's), or
+    a count against the capacity when the runtime is not running; torch_npu's out-of-memory error when neither
+    fits."""
     global _since_sweep
     _since_sweep += 1
     if _since_sweep >= SWEEP_EVERY:
         sweep()
-    check_fits(device, nbytes)
-    stats(device).add(nbytes)
+    st = stats(device)
+    if not segments.card_ready():
+        check_fits(device, nbytes)
+        st.add(nbytes)
+        st.add_segment(pool_of(nbytes), nbytes)
+        return None
+    seg = _room(device, size)
+    seg.used += size
+    st.add(nbytes)
+    return seg
+
+
+def _room(device: int, size: int) -> Segment:
+    """A segment of card ``device`` with ``size`` free bytes: a reserved one (after a sweep if need be), else a
+    new one from the card; after a refusal the unused segments go back to the card and it is asked once more."""
+    res = _res(device)
+    seg = res.find(size)
+    if seg is None:
+        res = reservations(device)
+        if sweep():
+            seg = res.find(size)
+    if seg is not None:
+        return seg
+    st = stats(device)
+    try:
+        seg = res.reserve(size)
+    except CardRefused:
+        st.num_alloc_retries += 1
+        release_unused(device)
+        try:
+            seg = res.reserve(size)
+        except CardRefused as e:
+            st.num_ooms += 1
+            raise _oom(device, e.size, e.total, e.free, st) from None
+    st.add_segment(seg.pool, seg.size)
+    return seg
+
+
+def _oom(device: int, size: int, total: int, free: int, st: DeviceStats) -> torch.OutOfMemoryError:
+    """torch_npu's error: the segment it tried to reserve, the card's numbers and this process's."""
+    return torch.OutOfMemoryError(
+        f"NPU out of memory. Tried to allocate {format_size(size)} (NPU {device}; {format_size(total)} total "
+        f"capacity; {format_size(st.current)} already allocated; {format_size(st.current)} current active; "
+        f"{format_size(free)} free; {format_size(st.reserved['all'].current)} reserved in total by PyTorch).If "
+        f"reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.")
 
 
 def check_fits(device: int, nbytes: int) -> None:
-    """Raise torch_npu's out-of-memory error if ``nbytes`` more do not fit on card ``device``."""
-    st = stats(device)
-    cap = capacity(device)
-    if st.current + nbytes > cap:
-        sweep()
+    """Make sure ``nbytes`` more fit on card ``device`` (a factory asks before the host allocates): a segment with
+    room, reserved now if need be; before the runtime runs, the count against the capacity. Else torch_npu's
+    out-of-memory error."""
+    if nbytes <= 0:
+        return
+    with _lock:
+        if segments.card_ready():
+            _room(device, round_size(nbytes))
+            return
+        st = stats(device)
+        cap = capacity(device)
         if st.current + nbytes > cap:
-            st.num_ooms += 1
-            free = cap - st.current
-            raise torch.OutOfMemoryError(
-                f"NPU out of memory. Tried to allocate {format_size(nbytes)} (NPU {device}; {format_size(cap)} "
-                f"total capacity; {format_size(st.current)} already allocated; {format_size(st.current)} current "
-                f"active; {format_size(free)} free; {format_size(st.current)} reserved in total by PyTorch).If "
-                f"reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.")
+            sweep()
+            if st.current + nbytes > cap:
+                st.num_ooms += 1
+                raise _oom(device, nbytes, cap, cap - st.current, st)
 
 
 def view_of(base: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -190,7 +303,7 @@ def _from_host(host: torch.Tensor, device: int) -> torch.Tensor:
 
 
 def adopt(host: torch.Tensor, device: int) -> torch.Tensor:
-    """``host`` (a fresh CPU result no one else holds) as an ``npu:device`` tensor on the same bytes, counted on
+    """``host`` (a fresh CPU result no one else holds) as an ``npu:device`` tensor on the same bytes, accounted to
     the card."""
     st = host.untyped_storage()
     nbytes = st.nbytes()
@@ -209,8 +322,9 @@ def adopt(host: torch.Tensor, device: int) -> torch.Tensor:
             ptr = out.untyped_storage().data_ptr()
             if ptr in _blocks:       # freed memory the host allocator handed out again before a sweep
                 _release(ptr)
-            _reserve(device, nbytes)
-            _blocks[ptr] = _Block(device, nbytes, StorageWeakRef(out.untyped_storage()))
+            size = round_size(nbytes)
+            _blocks[ptr] = _Block(device, nbytes, size, _place(device, nbytes, size),
+                                  StorageWeakRef(out.untyped_storage()))
     return out
 
 

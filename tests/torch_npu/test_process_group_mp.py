@@ -29,8 +29,9 @@ def test_spawned_ranks_finish_promptly(how):
     port = free_port()
     init = f"tcp://127.0.0.1:{port}" if how == "tcp" else f"env:{port}"
     # bounded well below the old 600 s exit wait; a run takes ~10-20 s (each rank imports torch)
-    done = subprocess.run([sys.executable, str(SCRIPTS / "mp_ranks.py"), "2", init], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(SCRIPTS / "mp_ranks.py"), "2", init], check=False, capture_output=True, text=True,
                           env=_env(), timeout=120, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "MP OK" in done.stdout, done.stdout[-3000:]
-    assert "waiting up to" not in done.stdout + done.stderr      # rank 0 never waited for a finished rank
+    # (rank 0 may still print that it waits for rank 1 when a loaded machine slows rank 1's own exit; a rank that
+    # already exited and is a zombie would make it wait 600 s, past the timeout above)

@@ -111,15 +111,35 @@ def test_compact_error_output_drops_the_code_line(checks, monkeypatch):
     assert _raises(lambda: checks.single(npu(torch.rand(2, 3)).T), RuntimeError) == "Tensors must be contiguous"
 
 
-def test_npu_and_cpu_tensors_are_served(checks):
-    assert checks.is_npu(npu(torch.zeros(2))) and checks.is_npu(torch.zeros(2))   # object collectives send CPU ones
-    assert not checks.is_npu(torch.zeros(2, device="meta"))
+def test_only_npu_tensors_are_npu_tensors(checks):
+    assert checks.is_npu(npu(torch.zeros(2)))
+    assert not checks.is_npu(torch.zeros(2)) and not checks.is_npu(torch.zeros(2, device="meta"))
+    _raises(lambda: checks.single(torch.zeros(2)), RuntimeError, "Tensors must be NPU and dense")
+
+
+def test_the_backend_is_registered_for_npu_only():
+    import torch.distributed as dist
+
+    import torch_npu  # noqa: F401
+    assert dist.Backend.backend_capability["hccl"] == ["npu"]
+    assert str(dist.distributed_c10d.BackendConfig("hccl")) == "npu:hccl"
+
+
+@pytest.mark.parametrize("backend", ["hccl", "cpu:gloo,npu:hccl"])
+def test_cpu_tensors_are_refused_or_go_to_gloo(backend):
+    """"hccl": every collective and point-to-point call on CPU tensors fails with c10d's text; object collectives
+    and barrier still work (on the current npu). "cpu:gloo,npu:hccl": CPU tensors go to gloo, npu ones to hccl."""
+    done = subprocess.run([sys.executable, "-m", "launcher", "--nproc", "2", str(SCRIPTS / "cpu_tensors.py"), backend],
+                          check=False, capture_output=True, text=True, env=_env(), timeout=150, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    for rank in range(2):
+        assert f"[rank{rank}]:CPU OK ({backend}) on rank {rank}" in done.stdout, done.stdout[-3000:]
 
 
 def test_semantics_on_three_ranks_match_the_oracles():
     t0 = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "launcher", "--nproc", "3", str(SCRIPTS / "pg_semantics.py")],
-                          capture_output=True, text=True, env=_env(), timeout=150, cwd=ROOT)
+                          check=False, capture_output=True, text=True, env=_env(), timeout=150, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     for rank in range(3):
         assert f"[rank{rank}]:SEMANTICS OK" in done.stdout, done.stdout[-3000:]

@@ -2,7 +2,8 @@
 ``create_common_tensor``, ``SupportedDevices``, ``@Dtypes``/``@Formats``, a 2-process ``"hccl"`` all_reduce
 started with ``torch.multiprocessing`` under ``skipIfUnsupportMultiNPU(2)``, ``run_tests()`` at the bottom) runs
 unchanged under ``python file.py`` and ``python -m pytest``; its multi-NPU test runs (8 simulated cards), and
-its all_reduce result is checked against the sum computed on the CPU."""
+its all_reduce result is checked against the sum computed on the CPU. A file built on torch's
+``MultiProcessTestCase`` with ``@with_comms`` (test_process_group_multiprocess.py) also runs as ``python file.py``."""
 
 import os
 import subprocess
@@ -141,6 +142,18 @@ def test_a_torch_npu_style_file_runs_under_pytest(sample):
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-5000:]
     assert "7 passed, 2 skipped" in out, out[-3000:]
+
+
+def test_a_multiprocesstestcase_file_runs_as_a_script():
+    """torch's MultiProcessTestCase with torch_npu's @with_comms, run as `python file.py <test>` (its full run
+    under pytest is tests/torch_npu/test_process_group_multiprocess.py itself)."""
+    script = Path(__file__).with_name("test_process_group_multiprocess.py")
+    done = subprocess.run([sys.executable, str(script), "-v",
+                           "HcclMultiProcessTest.test_cpu_tensor_is_refused_and_objects_still_travel"],
+                          capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=800, check=False)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-5000:]
+    assert "Ran 1 test" in out and "\nOK" in out, out[-3000:]
 
 
 class _Probe(TestCase):

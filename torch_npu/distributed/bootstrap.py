@@ -71,6 +71,15 @@ def choose_device(index: int) -> None:
     _device = index
 
 
+def _torch_current(index: int) -> None:
+    """Make ``index`` torch's current npu device of the calling thread too, so that ``t.to("npu")`` lands there
+    as ``torch.zeros(..., device="npu")`` does (torch asks the device guard, not ``torch.npu``). Needs the runtime
+    running: torch initializes the backend first (``torch.npu.init``)."""
+    import torch
+    if torch._C._get_privateuse1_backend_name() == "npu" and torch.accelerator.is_available():
+        torch.accelerator.set_device_index(index)
+
+
 def current_device() -> int:
     """The bound card: ``set_device``'s, else ``LOCAL_RANK`` (as ``launch`` and ``torchrun`` map ranks), else 0."""
     if _device is not None:
@@ -84,14 +93,16 @@ def bind() -> int:
     ensure_runtime()
     index = current_device()
     rt.set_device(index)
+    _torch_current(index)
     return index
 
 
 def _host_cards(store) -> None:
     """Rank 0: a Ray session and the node's card actors, published to the other ranks."""
     global _hosted
-    from rt.ray import session
     import ray
+
+    from rt.ray import session
     cfg = load_config(None)
     address = os.environ.get("RAY_ADDRESS")
     if address:
@@ -140,7 +151,8 @@ def _stop_hosted() -> None:
     others = []
     for path in glob.glob(os.path.join(cards.socket_dir, "torch-rank-*.pid")):
         try:
-            pid = int(open(path).read())
+            with open(path) as f:
+                pid = int(f.read())
         except (OSError, ValueError):
             continue
         if pid != os.getpid():

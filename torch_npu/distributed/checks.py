@@ -6,10 +6,9 @@ at::kDouble``, ``Cannot use ReduceOp.BAND with HCCL``, ``Corresponding input/out
 must all reside on the same device`` ...), ``ValueError`` for gather/scatter's ``invalidArgument``. Each ends
 with torch_npu's error-code line (``errors.dist_error``).
 
-Which tensors are NPU tensors: those whose ``device.type`` is ``npu``, and CPU tensors too. torch_npu refuses a
-CPU tensor (``No backend type associated with device type cpu``, from c10d, because ProcessGroupHCCL serves the
-``npu`` device only); here torch's object collectives and ``barrier`` hand the backend CPU tensors (a Python
-backend reports no device types, so c10d picks ``cpu`` for them), so CPU tensors are kept working.
+Only ``npu`` tensors are NPU tensors. A call whose tensors are all CPU tensors never gets here: ``routing.py``
+hands it to the group's gloo or refuses it with c10d's ``No backend type associated with device type cpu``; a CPU
+tensor next to npu ones fails ``Tensors must be NPU and dense``, as in ProcessGroupHCCL.
 """
 
 from __future__ import annotations
@@ -41,8 +40,8 @@ def npu_is_real() -> bool:
 
 
 def is_npu(t: torch.Tensor) -> bool:
-    """An ``npu`` tensor, or a CPU tensor (see the module docstring)."""
-    return t.device.type in ("npu", "cpu")
+    """A tensor on the ``npu`` device."""
+    return t.device.type == "npu"
 
 
 def _dense_npu(t) -> None:

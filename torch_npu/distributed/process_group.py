@@ -5,8 +5,10 @@
 ``LOCAL_RANK``'s; group rank 0 creates an HCCL communicator and shares its root info through the c10d store,
 every rank joins it (``hccl.comm_init_root_info_config``, with the group's timeout as HCCL's execution timeout).
 
-Each method takes the argument forms torch_npu's ProcessGroupHCCL takes and refuses what it refuses, with its
-exception types and texts (``checks.py``), in the calling thread; the collective itself then runs in the group's
+The group serves ``npu`` tensors only: a call on CPU tensors goes to the group's gloo (``"cpu:gloo,npu:hccl"``)
+or fails with c10d's ``No backend type associated with device type cpu`` (``routing.py``). Each method takes the
+argument forms torch_npu's ProcessGroupHCCL takes and refuses what it refuses, with its exception types and texts
+(``checks.py``), in the calling thread; the collective itself then runs in the group's
 executor (``collectives.py``): the tensors are copied into card memory, npusim's HCCL runs there and the result
 is copied back — so npusim's checks apply to torch programs too: a rank that calls a different collective, count
 or dtype is named, a rank that exited fails its peers' next collective within a second (``EI0002`` ... ``rank 1
@@ -27,14 +29,15 @@ import torch.distributed as dist
 import hccl
 import rt
 
-from . import bootstrap, checks
+from . import bootstrap, checks, routing
 from . import collectives as run
 from .errors import NOT_SUPPORT, PARAM, TYPE, fail
+from .routing import npu_only
 from .work import Executor, Work
 
 BACKEND = "hccl"
 ROOT_KEY = "npusim/hccl_root_info"
-_groups: "weakref.WeakSet[ProcessGroupHCCL]" = weakref.WeakSet()
+_groups: weakref.WeakSet[ProcessGroupHCCL] = weakref.WeakSet()
 _tags = itertools.count()
 
 
@@ -60,6 +63,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         self._main = Executor(self.ctx, f"hccl-{self.group_tag}")
         self._p2p: dict[tuple[str, int], Executor] = {}
         self._p2p_lock = threading.Lock()
+        self.other_backends = routing.OtherBackends(store, rank, size, self.timeout)
         _groups.add(self)
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -69,8 +73,20 @@ class ProcessGroupHCCL(dist.ProcessGroup):
     def size(self) -> int:
         return self._size
 
-    def getBackendName(self) -> str:                         # noqa: N802 - c10d's name
+    def getBackendName(self) -> str:
         return BACKEND
+
+    supports_splitting = supports_coalescing = False
+
+    @property
+    def _device_types(self) -> list[torch.device]:
+        """The device types c10d would have registered for this group: ``npu`` (and ``cpu`` for "cpu:gloo,...")."""
+        return routing.device_types(self)
+
+    def _get_backend(self, device: torch.device):
+        """c10d's ``ProcessGroup::getBackend``: this group for ``npu``, its gloo for ``cpu`` where it has one."""
+        kind = torch.device(device).type
+        return self if kind == "npu" else self.other_backends.get(self, kind)
 
     def _submit(self, op: str, result: list, fn, executor: Executor | None = None) -> Work:
         work = Work(self, op, next(self._seq), result, self.timeout)
@@ -97,6 +113,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
     def shutdown(self) -> None:
         for ex in [self._main, *self._p2p.values()]:
             ex.stop()
+        self.other_backends.shutdown()
         try:
             hccl.comm_destroy(self.comm)
         except rt.NpuError:
@@ -113,11 +130,13 @@ class ProcessGroupHCCL(dist.ProcessGroup):
             checks.reducible(t, function)
         checks.reduce_op(rop, t)
 
+    @npu_only
     def allreduce(self, tensors, opts=None) -> Work:
         t, rop = checks.one_per_process(tensors), _rop(opts)
         self._reducible(t, rop, "allreduce")
         return self._submit("all_reduce", [t], lambda pg, ex: run.reduce(pg, ex, t, rop))
 
+    @npu_only
     def allreduce_coalesced(self, tensors, opts=None) -> Work:
         tensors, rop = checks.same_device(tensors), _rop(opts)
         for t in tensors:
@@ -128,12 +147,14 @@ class ProcessGroupHCCL(dist.ProcessGroup):
                 run.reduce(pg, ex, t, rop)
         return self._submit("all_reduce_coalesced", tensors, all_of_them)
 
+    @npu_only
     def reduce(self, tensors, opts=None) -> Work:
         t, rop = checks.one_per_process(tensors), _rop(opts)
         root = self._root(opts.rootRank if opts is not None else 0)
         self._reducible(t, rop, "reduce")
         return self._submit("reduce", [t], lambda pg, ex: run.reduce(pg, ex, t, rop, root))
 
+    @npu_only
     def broadcast(self, tensors, opts=None) -> Work:
         t = checks.one_per_process(tensors)
         checks.dtype(t)
@@ -141,11 +162,12 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         return self._submit("broadcast", [t], lambda pg, ex: run.broadcast(pg, ex, t, root))
 
     # -- gathers -------------------------------------------------------------------------------------------
+    @npu_only
     def allgather(self, output_tensors, input_tensors, opts=None) -> Work:
+        inp = checks.one_per_process(input_tensors)                # the input first, as ProcessGroupHCCL
         if len(output_tensors) != 1:
             fail("Tensor list operands to scatter/gather must have the same length", PARAM)
         outs = checks.same_device(output_tensors[-1])
-        inp = checks.one_per_process(input_tensors)
         checks.dtype(inp)
         if all(o.numel() == outs[0].numel() for o in outs):
             checks.gather_list(outs, inp, self._size)
@@ -162,7 +184,8 @@ class ProcessGroupHCCL(dist.ProcessGroup):
             fail("output tensor must have the same type as input tensor", PARAM)
         return self._submit("all_gather", [outs], lambda pg, ex: run.all_gather(pg, ex, inp, outs))
 
-    def _allgather_base(self, output, input, opts=None) -> Work:     # noqa: A002 - c10d's names
+    @npu_only
+    def _allgather_base(self, output, input, opts=None) -> Work:
         if input.dtype != output.dtype:
             fail("output tensor must have the same type as input tensor", PARAM)
         if input.numel() * self._size != output.numel():
@@ -174,6 +197,29 @@ class ProcessGroupHCCL(dist.ProcessGroup):
 
     all_gather_single = _allgather_base
 
+    @npu_only
+    def allgather_into_tensor_coalesced(self, outputs, inputs, opts=None) -> Work:
+        """``_coalescing_manager``'s all_gather_into_tensor of several pairs: one ``Work`` for all of them."""
+        if len(outputs) != len(inputs):
+            fail("Tensor list operands to allgather_into_tensor_coalesced must have the same length", PARAM)
+        pairs = []
+        for output, input in zip(outputs, inputs):
+            if input.dtype != output.dtype:
+                fail("output tensor must have the same type as input tensor", PARAM)
+            if input.numel() * self._size != output.numel():
+                fail("output tensor size must be equal to world_size times input tensor size", PARAM)
+            inp, out = checks.one_per_process([input]), checks.one_per_process([output])
+            checks.dtype(inp)
+            pairs.append((inp, list(out.reshape(self._size, inp.numel()).unbind(0))))
+
+        def all_of_them(pg, ex):
+            for inp, blocks in pairs:
+                run.all_gather(pg, ex, inp, blocks)
+        return self._submit("all_gather_into_tensor_coalesced", list(outputs), all_of_them)
+
+    all_gather_single_coalesced = allgather_into_tensor_coalesced       # the name c10d's Python calls
+
+    @npu_only
     def gather(self, output_tensors, input_tensors, opts=None) -> Work:
         root = opts.rootRank if opts is not None else 0
         if not 0 <= root < self._size:
@@ -183,10 +229,11 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         outs = checks.root_list(output_tensors, inp, self._size, self._rank, root, "gather", "output")
         if self._rank == root:
             warnings.warn("HCCL doesn't support gather at the moment. Implemented with allgather instead.",
-                          stacklevel=2)
+                          stacklevel=3)                               # the caller of routing's wrapper
         return self._submit("gather", [outs], lambda pg, ex: run.all_gather(pg, ex, inp, outs or None))
 
     # -- scatters ------------------------------------------------------------------------------------------
+    @npu_only
     def reduce_scatter(self, output_tensors, input_tensors, opts=None) -> Work:
         out, rop = checks.one_per_process(output_tensors), _rop(opts)
         if len(input_tensors) != 1:
@@ -201,7 +248,8 @@ class ProcessGroupHCCL(dist.ProcessGroup):
                  f"{ins[self._rank].numel()}", PARAM)
         return self._submit("reduce_scatter", [out], lambda pg, ex: run.reduce_scatter(pg, ex, ins, out, rop))
 
-    def _reduce_scatter_base(self, output, input, opts=None) -> Work:  # noqa: A002 - c10d's names
+    @npu_only
+    def _reduce_scatter_base(self, output, input, opts=None) -> Work:
         inp, rop = checks.single(input), _rop(opts)
         if input.dtype != output.dtype:
             fail("input tensor must be the same type as the output tensor.", TYPE)
@@ -215,12 +263,37 @@ class ProcessGroupHCCL(dist.ProcessGroup):
 
     reduce_scatter_single = _reduce_scatter_base
 
+    @npu_only
+    def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None) -> Work:
+        """``_coalescing_manager``'s reduce_scatter_tensor of several pairs: one ``Work`` for all of them."""
+        rop = _rop(opts)
+        if len(outputs) != len(inputs):
+            fail("Tensor list operands to reduce_scatter_tensor_coalesced must have the same length", PARAM)
+        pairs = []
+        for output, input in zip(outputs, inputs):
+            inp = checks.single(input)
+            if input.dtype != output.dtype:
+                fail("input tensor must be the same type as the output tensor.", TYPE)
+            if input.numel() != output.numel() * self._size:
+                fail("input tensor must be the same size as output size times world size", PARAM)
+            out = checks.single(output)
+            self._reducible_rs(inp, out, rop, "reduce_scatter_tensor_coalesced")
+            pairs.append((list(inp.reshape(self._size, out.numel()).unbind(0)), out))
+
+        def all_of_them(pg, ex):
+            for blocks, out in pairs:
+                run.reduce_scatter(pg, ex, blocks, out, rop)
+        return self._submit("reduce_scatter_tensor_coalesced", list(outputs), all_of_them)
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced  # the name c10d's Python calls
+
     def _reducible_rs(self, inp: torch.Tensor, out: torch.Tensor, rop, function: str) -> None:
         checks.reducible(inp, function)                             # no int32 detour for reduce_scatter
         checks.reduce_op(rop, inp)
         if out.dtype != inp.dtype:
             fail("input tensor must be the same type as the output tensor.", TYPE)
 
+    @npu_only
     def scatter(self, output_tensors, input_tensors, opts=None) -> Work:
         root = opts.rootRank if opts is not None else 0
         if not 0 <= root < self._size:
@@ -231,6 +304,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         return self._submit("scatter", [out], lambda pg, ex: run.scatter(pg, ex, ins, out, root))
 
     # -- all to all ------------------------------------------------------------------------------------------
+    @npu_only
     def alltoall(self, output_tensors, input_tensors, opts=None) -> Work:
         if len(output_tensors) != self._size:
             fail("the size of output_tensors and worldsize must equal", PARAM)
@@ -249,7 +323,8 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         return self._submit("all_to_all", outs, lambda pg, ex: run.all_to_all(
             pg, ex, ins, outs, [t.numel() for t in ins], [t.numel() for t in outs]))
 
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None) -> Work:  # noqa: A002
+    @npu_only
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None) -> Work:
         out, inp = checks.single(output), checks.single(input)
         if (not output_split_sizes and not input_split_sizes and out.numel() != inp.numel()) or out.dtype != inp.dtype:
             fail("Tensors are not equal in size or data type", PARAM)
@@ -264,22 +339,25 @@ class ProcessGroupHCCL(dist.ProcessGroup):
     all_to_all_single = alltoall_base
 
     # -- point to point and barrier --------------------------------------------------------------------------
-    def send(self, tensors, dstRank, tag=0) -> Work:          # noqa: N803 - c10d's names
+    @npu_only
+    def send(self, tensors, dstRank, tag=0) -> Work:
         t = checks.one_per_process(tensors)
         checks.dtype(t)
         ex = self._peer_executor("send", dstRank)
         return self._submit("send", [t], lambda pg, ex: run.send(pg, ex, t, dstRank), ex)
 
-    def recv(self, tensors, srcRank, tag=0) -> Work:          # noqa: N803
+    @npu_only
+    def recv(self, tensors, srcRank, tag=0) -> Work:
         t = checks.one_per_process(tensors)
         checks.dtype(t)
         ex = self._peer_executor("recv", srcRank)
         return self._submit("recv", [t], lambda pg, ex: run.recv(pg, ex, t, srcRank), ex)
 
+    @npu_only
     def recv_anysource(self, tensors, tag=0) -> Work:
         fail("ProcessGroupHCCL does not support recv", NOT_SUPPORT)
 
-    recvAnysource = recv_anysource                           # noqa: N815 - c10d's name
+    recvAnysource = recv_anysource
 
     def barrier(self, opts=None) -> Work:
         def wait_for_all(pg, ex):
@@ -302,8 +380,8 @@ def _create(store, rank, size, timeout):
 
 
 def register() -> None:
-    """Register the backend (idempotent): ``init_process_group("hccl")``, for ``npu`` and ``cpu`` tensors
-    (``checks.py`` says why CPU tensors are served)."""
+    """Register the backend (idempotent) for the ``npu`` device, as torch_npu does: ``init_process_group("hccl")``
+    or ``"cpu:gloo,npu:hccl"`` (``routing.py``: what serves CPU tensors)."""
     if BACKEND.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND, _create, devices=["npu", "cpu"])
+    dist.Backend.register_backend(BACKEND, _create, devices=["npu"])

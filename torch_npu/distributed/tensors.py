@@ -3,7 +3,7 @@
 A tensor's bytes are copied into the group's scratch device buffer, the collective runs on the card between
 card buffers (npusim's HCCL with all its checks), and the result is copied back into the tensor's own memory.
 An ``npu`` tensor is read and written through a CPU view of its bytes when torch_npu provides one
-(``torch_npu.storage.cpu_view``), else through a CPU copy; a CPU tensor (npusim's earlier ``npu`` tensors)
+(``torch_npu.storage.cpu_view``), else through a CPU copy; a CPU tensor (the backend's own temporaries)
 directly.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 
 import rt
-
 from hccl.types import HcclDataType as D
 
 # torch_npu's ScalarType → HcclDataType map (HCCLUtils.cpp); bool travels as uint8.
@@ -42,7 +41,7 @@ def _cpu_view(t: torch.Tensor):
         from ..storage import cpu_view
     except ImportError:
         return None
-    return cpu_view(t.detach())
+    return cpu_view(t)                          # reads the storage: no autograd, no dispatched op (as detach is)
 
 
 def host_bytes(t: torch.Tensor):

@@ -9,8 +9,10 @@ has 8 simulated cards per node (``ASCEND_RT_VISIBLE_DEVICES`` narrows them), so 
 
 from __future__ import annotations
 
+import os
 import unittest
 from collections import namedtuple
+from contextlib import contextmanager
 from functools import wraps
 
 import torch
@@ -51,16 +53,20 @@ def init_pg(backend: str = "hccl", world_size=1, rank=0, file_name="file://") ->
 
 
 def with_comms(func):
-    """Run a ``MultiProcessTestCase`` test inside a process group: hccl when enough NPUs are visible, else gloo."""
+    """Run a ``MultiProcessTestCase`` test inside a process group — hccl (``self.device_type = "npu"``) when at
+    least ``self.world_size`` NPUs are visible, else gloo (``"cpu"``) — and destroy it after (``self.destroy_pg()``
+    where the class has one)."""
     if func is None:
         raise RuntimeError("Test function is None.")
 
     @wraps(func)
     def wrapper(self, *args, **kwargs):
         enough = torch.npu.is_available() and torch.npu.device_count() >= self.world_size
+        self.device_type = "npu" if enough else "cpu"
         init_pg(backend="hccl" if enough else "gloo", world_size=self.world_size, rank=self.rank,
                 file_name=self.file_name)
         torch.npu.manual_seed(0)
+        torch.npu.initial_seed()
         func(self, *args, **kwargs)
         destroy = getattr(self, "destroy_pg", None)
         if destroy is not None:
@@ -69,3 +75,24 @@ def with_comms(func):
             dist.destroy_process_group()
 
     return wrapper
+
+
+@contextmanager
+def _dynamo_dist_per_rank_init(rank, world_size, init_pg_=True):
+    """torch_npu's per-rank setup for dynamo tests: bind to card ``rank``, join an hccl group over
+    ``localhost:6789`` (``env://``), and reset dynamo around the body."""
+    import torch._dynamo
+    torch.npu.set_device(rank)
+    os.environ["MASTER_ADDR"] = "localhost"
+    os.environ["MASTER_PORT"] = "6789"
+    if init_pg_:
+        dist.init_process_group(backend="hccl", rank=rank, world_size=world_size)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    try:
+        yield
+    finally:
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        if init_pg_:
+            dist.destroy_process_group()

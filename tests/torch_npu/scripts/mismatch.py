@@ -6,6 +6,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+
 import torch_npu  # noqa: F401
 
 dist.init_process_group("hccl")

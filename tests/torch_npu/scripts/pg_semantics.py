@@ -12,6 +12,7 @@ import warnings
 
 import torch
 import torch.distributed as dist
+
 import torch_npu  # noqa: F401
 from torch_npu.distributed import checks, process_group
 
@@ -157,6 +158,10 @@ if checks.npu_is_real() and torch.npu.device_count() > 1:
     inputs = [torch.zeros(4, device=f"npu:{NXT}") for _ in range(WORLD)]
     refused(lambda: dist.reduce_scatter(output, inputs), RuntimeError,
             "Corresponding input/output tensors to reduce_scatter must all reside on the same device")
+    refused(lambda: dist.all_gather([torch.zeros(4, device=f"npu:{NXT}") for _ in range(WORLD)], output),
+            RuntimeError, "Corresponding input/output tensors to scatter/gather must all reside on the same device")
+    refused(lambda: dist.all_gather([torch.zeros(4).npu() for _ in range(WORLD)], torch.zeros(4)), RuntimeError,
+            "Tensors must be NPU and dense")                  # the input is checked first, as ProcessGroupHCCL does
 else:
     mode = "npu names CPU tensors"
     refused(lambda: checks.reduce_scatter_devices([torch.zeros(4, device="meta")], torch.zeros(4)), RuntimeError,

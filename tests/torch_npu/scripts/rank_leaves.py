@@ -9,6 +9,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+
 import torch_npu  # noqa: F401
 
 

@@ -5,6 +5,7 @@ import os
 
 import torch
 import torch.distributed as dist
+
 import torch_npu
 
 assert torch.npu is torch_npu.npu and torch.npu.is_available()

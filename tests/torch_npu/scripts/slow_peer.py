@@ -9,6 +9,7 @@ import time
 
 import torch
 import torch.distributed as dist
+
 import torch_npu  # noqa: F401
 
 timeout = float(sys.argv[1])

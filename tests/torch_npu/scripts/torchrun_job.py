@@ -6,6 +6,7 @@ import os
 
 import torch
 import torch.distributed as dist
+
 import torch_npu  # noqa: F401
 
 torch.npu.set_device(int(os.environ["LOCAL_RANK"]))
@@ -20,5 +21,9 @@ assert torch.equal(x.cpu(), y), (x, y)
 outs = [torch.zeros(2, dtype=torch.int64).npu() for _ in range(world)]
 dist.all_gather(outs, torch.tensor([rank, rank * 10]).npu())
 assert [o.cpu().tolist() for o in outs] == [[r, r * 10] for r in range(world)], outs
+objs = [None] * world
+dist.all_gather_object(objs, {"rank": rank})              # on the current npu, as torch_npu moves them
+assert objs == [{"rank": r} for r in range(world)], objs
+dist.barrier()
 print(f"rank {rank} of {world}: ok on card {torch.npu.current_device()} pid {os.getpid()}", flush=True)
 dist.destroy_process_group()

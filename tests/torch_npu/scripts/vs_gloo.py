@@ -12,6 +12,7 @@ import os
 
 import torch
 import torch.distributed as dist
+
 import torch_npu  # noqa: F401
 
 dist.init_process_group("hccl")
@@ -125,6 +126,31 @@ both("reduce_scatter_tensor", lambda: [torch.zeros(3), data((3 * WORLD,), torch.
      lambda ts, grp: dist.reduce_scatter_tensor(ts[0], ts[1], group=grp), exact=False)
 both("reduce_scatter_tensor MAX", lambda: [torch.zeros(3), data((3 * WORLD,), torch.float32, 21)],
      lambda ts, grp: dist.reduce_scatter_tensor(ts[0], ts[1], op=dist.ReduceOp.MAX, group=grp))
+
+
+def coalesced(kind):
+    """Two pairs in one ``_coalescing_manager`` on hccl (one Work: allgather_into_tensor_coalesced /
+    reduce_scatter_tensor_coalesced); the same pairs one call at a time on gloo, the oracle."""
+    def run(ts, grp):
+        pairs = [(ts[0], ts[1]), (ts[2], ts[3])]
+        call = dist.all_gather_into_tensor if kind == "all_gather" else dist.reduce_scatter_tensor
+        if grp is GLOO:
+            for out, inp in pairs:
+                call(out, inp, group=grp)
+            return
+        with dist._coalescing_manager(async_ops=True) as cm:
+            for out, inp in pairs:
+                call(out, inp)
+        cm.wait()
+    return run
+
+
+both("all_gather_into_tensor coalesced", lambda: [torch.zeros(3 * WORLD), data((3,), torch.float32, 70),
+                                                  torch.zeros(2 * WORLD, dtype=torch.int32), data((2,), torch.int32, 71)],
+     coalesced("all_gather"))
+both("reduce_scatter_tensor coalesced", lambda: [torch.zeros(3), data((3 * WORLD,), torch.float32, 72),
+                                                 torch.zeros(2, dtype=torch.int64), data((2 * WORLD,), torch.int64, 73)],
+     coalesced("reduce_scatter"), exact=False)
 
 # -- scatter ------------------------------------------------------------------------------------------------------
 both("scatter from 0", lambda: [torch.zeros(4)] + ([data((4,), torch.float32, 22 + r) for r in range(WORLD)] if RANK == 0 else []),
