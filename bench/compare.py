@@ -1,6 +1,6 @@
 """npusim collectives beside torch.distributed (gloo) and Open MPI, in one run, on the same machine.
 
-    python bench/compare.py                      # 8 ranks, fp32 all_reduce 1K..64M ×4, broadcast + all_gather 16M
+    python bench/compare.py          # 8 ranks, fp32 all_reduce 1K..64M ×4, broadcast, all_gather, reduce_scatter 16M
     python bench/compare.py --rounds 3 --peers gloo,mpi --json-out /tmp/compare.json
     python bench/compare.py --quick              # 1K..1M, 1 round: a smoke run
     python bench/compare.py --two-nodes          # also 16 ranks on 2 simulated nodes vs 8 on 1 (64 MiB)
@@ -44,7 +44,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS_DIR = os.path.join(ROOT, "bench", "peers")
-FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0,
+          "reduce_scatter": lambda n: (n - 1) / n}
 sys.path.insert(0, ROOT)
 from hccl.perf import parse_size, sweep  # noqa: E402
 
@@ -267,10 +268,14 @@ def targets(results: dict, starts: dict, nodes: dict | None = None) -> list[str]
         check(f"all_reduce busbw {human(size)} vs Open MPI", ratio("all_reduce", size, "mpi"), 1.0)
     one_k = results.get("all_reduce", {}).get("ours", {}).get(1024)
     check("all_reduce 1 KiB latency", one_k["time_us"] / 1000 if one_k else None, 1.0, False, " ms")
-    for coll in ("broadcast", "all_gather"):
+    for coll in ("broadcast", "all_gather", "reduce_scatter"):
         sizes = list(results.get(coll, {}).get("ours", {}))
-        check(f"{coll} busbw {human(sizes[0]) if sizes else '(not run)'} vs gloo",
-              ratio(coll, sizes[0], "gloo") if sizes else None, 2.0)
+        for peer, need in (("gloo", 2.0), ("mpi", 1.2))[coll == "reduce_scatter":]:
+            check(f"{coll} busbw {human(sizes[0]) if sizes else '(not run)'} vs {peer}",
+                  ratio(coll, sizes[0], peer) if sizes else None, need)
+    ours, mpi = (results.get("all_reduce", {}).get(p, {}) for p in ("ours", "mpi"))
+    for size in [s for s in (1 << 10, 4 << 10, 16 << 10, 64 << 10) if s in ours and s in mpi]:
+        check(f"all_reduce {human(size)} time vs Open MPI", ours[size]["time_us"] / mpi[size]["time_us"], 2.0, False)
     if starts.get("ours") and starts.get("gloo"):
         check("launch start → first collective vs torchrun + gloo",
               statistics.median(starts["ours"]) / statistics.median(starts["gloo"]), 0.75, False)
@@ -311,11 +316,12 @@ def main(argv=None) -> int:
     p.add_argument("-f", "--stepfactor", type=int, default=4)
     p.add_argument("-n", "--iters", type=int, default=20)
     p.add_argument("-w", "--warmup", type=int, default=5)
-    p.add_argument("--big", default="16M", help="size of the broadcast and all_gather rows (default 16M)")
+    p.add_argument("--big", default="16M",
+                   help="size of the broadcast, all_gather and reduce_scatter rows (default 16M)")
     p.add_argument("--rounds", type=int, default=3, help="bandwidth rounds (0: start-up comparison only)")
     p.add_argument("--startup-rounds", type=int, default=3)
     p.add_argument("--peers", default="gloo,mpi")
-    p.add_argument("--collectives", default="all_reduce,broadcast,all_gather")
+    p.add_argument("--collectives", default="all_reduce,broadcast,all_gather,reduce_scatter")
     p.add_argument("--timeout", type=float, default=900, help="per child process, seconds")
     p.add_argument("--log", default="/tmp/npusim-compare.log", help="children's stderr and commands")
     p.add_argument("--json-out", default=None, help="write every raw figure here")

@@ -28,8 +28,8 @@ import psutil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
-import compare  # noqa: E402  (run_child: process-group handling, timeouts; torchrun)
-from peers.common import parse_size  # noqa: E402
+import compare  # run_child: process-group handling, timeouts; torchrun
+from peers.common import parse_size
 
 PEERS_DIR = os.path.join(ROOT, "bench", "peers")
 
@@ -62,7 +62,7 @@ def ours(world: int, ns, log) -> dict:
     cmd = [sys.executable, "-m", "launcher", "--nnodes", str(nnodes), "--nproc", str(nproc)]
     if nproc > 8:
         cmd += ["--config", _config(nproc)]
-    cmd += [os.path.join(PEERS_DIR, "hccl_scale.py"), "--iters", str(ns.iters)]
+    cmd += [os.path.join(PEERS_DIR, "hccl_scale.py"), "--iters", str(ns.iters), "--sync", ns.sync]
     if ns.big:
         cmd += ["--big", str(ns.big)]
     with PeakMemory() as mem:
@@ -70,7 +70,7 @@ def ours(world: int, ns, log) -> dict:
         end = time.time()
     first = re.search(r"FIRST_COLLECTIVE (\d+\.\d+)", out)
     result = re.search(r"SCALE_RESULT (\{.*\})", out)
-    row = {"runner": "ours", "world": world, "nodes": nnodes, "exit": code, "wall_s": end - start,
+    row = {"runner": "ours", "world": world, "nodes": nnodes, "sync": ns.sync, "exit": code, "wall_s": end - start,
            "startup_s": float(first.group(1)) - start if first else None, "peak_mem_gib": mem.peak / 2**30}
     if result:
         row.update(json.loads(result.group(1)))
@@ -114,7 +114,8 @@ def show(rows: list[dict]) -> None:
         big = (f"{r['big_bytes'] >> 20} MiB {r['big_s'] * 1e3:.0f} ms, {r['big_wrong']} wrong"
                if "big_bytes" in r else "—")
         ok = "" if r.get("exit") == 0 else f" (exit {r.get('exit')})"
-        print(f"| {r['runner']}{ok} | {r['world']} | {r['nodes']} | {f(r.get('startup_s'), '.1f')} s "
+        runner = r["runner"] + (f" ({r['sync']} sync)" if "sync" in r else "")
+        print(f"| {runner}{ok} | {r['world']} | {r['nodes']} | {f(r.get('startup_s'), '.1f')} s "
               f"| {f(r.get('wall_s'), '.1f')} s | {f(r.get('allreduce_1k_us'), '.0f')} / "
               f"{f(r.get('allreduce_1k_us_max_rank'), '.0f')} µs | {big} | {f(r.get('peak_mem_gib'), '.2f')} GiB |")
 
@@ -125,6 +126,8 @@ def main() -> None:
     p.add_argument("--nproc", type=int, default=8, help="cards (ranks) per simulated node")
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--big", type=parse_size, default=0, help="bytes of one checked all_reduce, e.g. 64M")
+    p.add_argument("--sync", choices=("stream", "device"), default="stream",
+                   help="how our ranks wait for each call: synchronize_stream (HCCL's samples) or synchronize_device")
     p.add_argument("--peers", default="", help="'gloo' to run torchrun + gloo at the same world sizes")
     p.add_argument("--timeout", type=float, default=1200, help="per child process, seconds")
     p.add_argument("--log", default="/tmp/npusim-scale.log", help="children's stderr and commands")

@@ -9,7 +9,7 @@ from . import algos, types
 from .api import (HCCL_RECV, HCCL_SEND, all_gather, all_reduce, all_to_all, all_to_all_v, barrier,
                   batch_send_recv, broadcast, recv, reduce, reduce_scatter, scatter, send)
 from .comm import (HCCL_ROOT_INFO_BYTES, Communicator, RootInfo, comm_destroy, comm_init_all,
-                   comm_init_cluster_info, comm_init_root_info, comm_init_root_info_config, create_sub_comm, get_rank_id, get_rank_size,
+                   comm_init_cluster_info, comm_init_cluster_info_config, comm_init_root_info, comm_init_root_info_config, create_sub_comm, get_rank_id, get_rank_size,
                    get_root_info, init)
 from .ddp import DataParallel, all_reduce_gradients, broadcast_parameters
 from .sharding import ShardedModel, load_sharded, plan_tensor

@@ -5,7 +5,9 @@ card, the stream's card) raises ``HcclError(HCCL_E_PARA/HCCL_E_PTR)`` at the cal
 while running (mismatched calls across ranks, timeouts, dead peers) surfaces at the covering
 stream synchronize.
 
-One call's path: checked and numbered here → the observers see it (``rt/host/seam.py``: race detector, flight
+One call's path: checked and numbered here (the checks once per call signature and communicator: a call
+whose arguments, of the same types, the communicator has seen is only checked for what can change — the
+communicator, its card and the stream still alive) → the observers see it (``rt/host/seam.py``: race detector, flight
 recorder, fault injection; ``diag.py`` tells them what HCCL's calls are) → run in this process
 (``hostpath.py``) or sent to the card as a stream task → the card's HCCL extension (``card/``).
 """
@@ -25,9 +27,8 @@ from rt.host.streams import stream_handle
 
 from .diag import CALLS
 from .errors import HcclError, hccl_para
-from .handle import CommHandle, _check_comm
-from .types import HcclDataType, HcclResult, hccl_dtype, reduce_op
-from .types import hccl_np_dtype
+from .handle import Call, CommHandle, _check_comm
+from .types import HcclDataType, HcclResult, hccl_dtype, hccl_np_dtype, reduce_op
 
 HCCL_SEND, HCCL_RECV = 0, 1
 
@@ -77,21 +78,59 @@ def _root(comm, root, call, name="root"):
     return int(root)
 
 
-def _launch(comm, stream, op, params, buffers, call):
+MAX_CALLS = 256              # call signatures remembered per communicator
+
+
+def _known(comm, key) -> Call | None:
+    """The checked call for this signature, if this communicator has seen it and it is still valid (the
+    communicator, its card and the stream alive); None: check the arguments. Keys carry the arguments'
+    types, so ``1.0`` or ``True`` never passes for ``1``; unhashable arguments are never remembered."""
+    if not isinstance(comm, CommHandle):
+        return None
+    try:
+        known = comm.calls.get(key)
+    except TypeError:
+        return None
+    if known is None or comm.destroyed or comm.ctx.destroyed or known.stream.destroyed or known.stream.ctx.destroyed:
+        return None
+    return known
+
+
+def _signature(*args) -> tuple:
+    """A call's arguments and their types: the key its checked form is remembered under (``_known``)."""
+    return (*args, *map(type, args))
+
+
+def _launch(comm, stream, op, params, buffers, call, key=None):
+    """Check the rest (the stream), number the call and run it; ``key``: remember the checked call under it."""
     st = _stream(comm, stream, call)
-    seq = comm.next_seq()
     params = dict(params, fingerprint=_fingerprint(op, params.get("count", 0), params.get("dtype"), params.get("op"),
                                                    params.get("root")), algo=comm.options.get("algo", ""))
+    known = Call(op, st, params, buffers)
+    if key is not None:
+        try:
+            if len(comm.calls) >= MAX_CALLS:
+                comm.calls.clear()
+            comm.calls[key] = known
+        except TypeError:
+            pass
+    _go(comm, known)
+
+
+def _go(comm, known: Call) -> None:
+    """One call of a checked signature: numbered, seen by the observers, run here or sent to the card."""
+    st, op, buffers = known.stream, known.op, known.buffers
+    seq = comm.next_seq()
+    params = dict(known.params)
     # Seen before it runs (a rank stopped inside it is seen in it); an injected fault's card part comes back in
     # params["fault"], and only the card can carry it out.
     seen = SEAM.collective(st, "collective", op, seq, comm, params, buffers, CALLS) if SEAM.on else None
     host = None if "fault" in params else comm.host_path()
-    if host is not None and host.run(st, seq, op, params, buffers):
+    if host is not None and host.run(st, seq, known, params):
         if seen is not None:
             SEAM.placed(seen, host.handed_task, on_host=host.handed_task is None)
         return
-    task = st.ctx.client.submit(st.id, "hccl_collective", comm.id, comm.rank, seq, op, params,
-                                {k: v for k, v in buffers.items() if v is not None})
+    task = st.ctx.client.submit(st.id, "hccl_collective", comm.id, comm.rank, seq, op, params, known.wire)
     if seen is not None:
         SEAM.placed(seen, task)
 
@@ -117,25 +156,39 @@ def _prep(comm, count, dtype, call):
 
 def all_reduce(send, recv, count, dtype, op, comm, stream=None) -> None:
     """recv = op over ranks of send (count elements); send may equal recv."""
+    key = ("all_reduce", send, recv, count, dtype, op, stream, type(send), type(recv), type(count), type(dtype),
+           type(op), type(stream))
+    known = _known(comm, key)
+    if known is not None:
+        return _go(comm, known)
     call = "all_reduce"
     count, code, isz = _prep(comm, count, dtype, call)
     rop = int(reduce_op(op))
     n = count * isz
     _launch(comm, stream, call, {"count": count, "dtype": code, "op": rop},
-            {"send": _buf(comm, send, n, isz, call, "send"), "recv": _buf(comm, recv, n, isz, call, "recv")}, call)
+            {"send": _buf(comm, send, n, isz, call, "send"), "recv": _buf(comm, recv, n, isz, call, "recv")}, call,
+            key)
 
 
 def broadcast(buf, count, dtype, root, comm, stream=None) -> None:
     """Root's buf to every rank's buf."""
+    key = ("broadcast", buf, count, dtype, root, stream, type(buf), type(count), type(dtype), type(root), type(stream))
+    known = _known(comm, key)
+    if known is not None:
+        return _go(comm, known)
     call = "broadcast"
     count, code, isz = _prep(comm, count, dtype, call)
     root = _root(comm, root, call)
     _launch(comm, stream, call, {"count": count, "dtype": code, "root": root},
-            {"recv": _buf(comm, buf, count * isz, isz, call, "buf")}, call)
+            {"recv": _buf(comm, buf, count * isz, isz, call, "buf")}, call, key)
 
 
 def reduce(send, recv, count, dtype, op, root, comm, stream=None) -> None:
     """Root's recv = op over ranks of send; other ranks' recv is untouched."""
+    key = _signature("reduce", send, recv, count, dtype, op, root, stream)
+    known = _known(comm, key)
+    if known is not None:
+        return _go(comm, known)
     call = "reduce"
     count, code, isz = _prep(comm, count, dtype, call)
     root = _root(comm, root, call)
@@ -143,40 +196,58 @@ def reduce(send, recv, count, dtype, op, root, comm, stream=None) -> None:
     n = count * isz
     recv_buf = _buf(comm, recv, n, isz, call, "recv") if comm.rank == root else None
     _launch(comm, stream, call, {"count": count, "dtype": code, "op": rop, "root": root},
-            {"send": _buf(comm, send, n, isz, call, "send"), "recv": recv_buf}, call)
+            {"send": _buf(comm, send, n, isz, call, "send"), "recv": recv_buf}, call, key)
 
 
 def all_gather(send, recv, send_count, dtype, comm, stream=None) -> None:
     """recv (send_count × ranks) = every rank's send, in rank order."""
+    key = ("all_gather", send, recv, send_count, dtype, stream, type(send), type(recv), type(send_count), type(dtype),
+           type(stream))
+    known = _known(comm, key)
+    if known is not None:
+        return _go(comm, known)
     call = "all_gather"
     count, code, isz = _prep(comm, send_count, dtype, call)
     _launch(comm, stream, call, {"count": count, "dtype": code},
             {"send": _buf(comm, send, count * isz, isz, call, "send"),
-             "recv": _buf(comm, recv, count * isz * comm.size, isz, call, "recv")}, call)
+             "recv": _buf(comm, recv, count * isz * comm.size, isz, call, "recv")}, call, key)
 
 
 def reduce_scatter(send, recv, recv_count, dtype, op, comm, stream=None) -> None:
     """recv (recv_count) = block ``rank`` of op over ranks of send (recv_count × ranks)."""
+    key = ("reduce_scatter", send, recv, recv_count, dtype, op, stream, type(send), type(recv), type(recv_count),
+           type(dtype), type(op), type(stream))
+    known = _known(comm, key)
+    if known is not None:
+        return _go(comm, known)
     call = "reduce_scatter"
     count, code, isz = _prep(comm, recv_count, dtype, call)
     rop = int(reduce_op(op))
     _launch(comm, stream, call, {"count": count, "dtype": code, "op": rop},
             {"send": _buf(comm, send, count * isz * comm.size, isz, call, "send"),
-             "recv": _buf(comm, recv, count * isz, isz, call, "recv")}, call)
+             "recv": _buf(comm, recv, count * isz, isz, call, "recv")}, call, key)
 
 
 def scatter(send, recv, recv_count, dtype, root, comm, stream=None) -> None:
     """recv (recv_count) = block ``rank`` of root's send (recv_count × ranks)."""
+    key = _signature("scatter", send, recv, recv_count, dtype, root, stream)
+    known = _known(comm, key)
+    if known is not None:
+        return _go(comm, known)
     call = "scatter"
     count, code, isz = _prep(comm, recv_count, dtype, call)
     root = _root(comm, root, call)
     send_buf = _buf(comm, send, count * isz * comm.size, isz, call, "send") if comm.rank == root else None
     _launch(comm, stream, call, {"count": count, "dtype": code, "root": root},
-            {"send": send_buf, "recv": _buf(comm, recv, count * isz, isz, call, "recv")}, call)
+            {"send": send_buf, "recv": _buf(comm, recv, count * isz, isz, call, "recv")}, call, key)
 
 
 def all_to_all(send, send_count, send_type, recv, recv_count, recv_type, comm, stream=None) -> None:
     """Block j of rank i's send goes to block i of rank j's recv (HcclAlltoAll argument order)."""
+    key = _signature("all_to_all", send, send_count, send_type, recv, recv_count, recv_type, stream)
+    known = _known(comm, key)
+    if known is not None:
+        return _go(comm, known)
     call = "all_to_all"
     count, code, isz = _prep(comm, send_count, send_type, call)
     rcount = _count(recv_count, call, "recv_count")
@@ -186,7 +257,8 @@ def all_to_all(send, send_count, send_type, recv, recv_count, recv_type, comm, s
     n = count * isz * comm.size
     _no_overlap(send, n, recv, n, call)
     _launch(comm, stream, call, {"count": count, "dtype": code},
-            {"send": _buf(comm, send, n, isz, call, "send"), "recv": _buf(comm, recv, n, isz, call, "recv")}, call)
+            {"send": _buf(comm, send, n, isz, call, "send"), "recv": _buf(comm, recv, n, isz, call, "recv")}, call,
+            key)
 
 
 def all_to_all_v(send, send_counts, sdispls, send_type, recv, recv_counts, rdispls, recv_type, comm,
@@ -220,8 +292,12 @@ def _no_overlap(send, send_bytes, recv, recv_bytes, call) -> None:
 
 def barrier(comm, stream=None) -> None:
     """Every rank's stream waits here until all ranks reached it."""
+    key = _signature("barrier", stream)
+    known = _known(comm, key)
+    if known is not None:
+        return _go(comm, known)
     _check_comm(comm, "barrier")
-    _launch(comm, stream, "barrier", {"count": 0, "dtype": int(HcclDataType.INT8)}, {}, "barrier")
+    _launch(comm, stream, "barrier", {"count": 0, "dtype": int(HcclDataType.INT8)}, {}, "barrier", key)
 
 
 def _p2p(comm, items, stream, call):

@@ -43,7 +43,7 @@ class RootInfo:
         return raw.ljust(HCCL_ROOT_INFO_BYTES, b"\0")
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "RootInfo":
+    def from_bytes(cls, data: bytes) -> RootInfo:
         raw = bytes(data) if isinstance(data, (bytes, bytearray)) else b""
         ident = raw[12:].rstrip(b"\0")
         if not raw.startswith(b"npusim-root:") or not ident or not ident.isalnum() or len(ident) > 64:
@@ -142,6 +142,18 @@ def comm_init_root_info_config(nranks: int, root_info: RootInfo, rank: int, conf
     """HcclCommInitRootInfoConfig: ``comm_init_root_info`` with settings of this communicator overriding the
     environment's: ``{"exec_timeout": s, "deterministic": bool}`` (HcclCommConfig's fields, snake_case)."""
     call = "comm_init_root_info_config"
+    cfg = _comm_config(config, call)
+    _check_rank(nranks, rank, call)
+    if isinstance(root_info, (bytes, bytearray)):
+        root_info = RootInfo.from_bytes(root_info)
+    if not isinstance(root_info, RootInfo):
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: root_info {args.shown(root_info)} is not a RootInfo")
+    ctx = RUNTIME.require_current(call)
+    return _init(ctx, root_info.id, nranks, rank, call, cfg)
+
+
+def _comm_config(config, call: str) -> dict:
+    """An HcclCommConfig as a dict (keys of CONFIG_KEYS), checked: the settings that override the environment."""
     if not isinstance(config, dict) or set(config) - set(CONFIG_KEYS):
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: config {args.shown(config)} must be a dict with keys from "
                                                 f"{sorted(CONFIG_KEYS)}")
@@ -151,13 +163,7 @@ def comm_init_root_info_config(nranks: int, root_info: RootInfo, rank: int, conf
         cfg["exec_timeout"] = t or 1e9
     if "deterministic" in config:
         cfg["deterministic"] = bool(config["deterministic"])
-    _check_rank(nranks, rank, call)
-    if isinstance(root_info, (bytes, bytearray)):
-        root_info = RootInfo.from_bytes(root_info)
-    if not isinstance(root_info, RootInfo):
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: root_info {args.shown(root_info)} is not a RootInfo")
-    ctx = RUNTIME.require_current(call)
-    return _init(ctx, root_info.id, nranks, rank, call, cfg)
+    return cfg
 
 
 def comm_init_all(devices) -> list[Communicator]:
@@ -175,7 +181,7 @@ def comm_init_all(devices) -> list[Communicator]:
         try:
             rt.set_device(dev)
             comms[i] = comm_init_root_info(len(devices), root, i)
-        except Exception as e:  # collected and re-raised below
+        except Exception as e:  # noqa: BLE001 - collected and re-raised below
             errs.append(e)
 
     threads = [threading.Thread(target=one, args=(i, d)) for i, d in enumerate(devices)]
@@ -190,20 +196,31 @@ def comm_init_all(devices) -> list[Communicator]:
 
 def comm_init_cluster_info(rank_table_path: str, rank: int) -> Communicator:
     """Join the communicator described by a rank table (JSON v1.0) as ``rank``; binds the card named there."""
+    return _cluster_info(rank_table_path, rank, "comm_init_cluster_info", None)
+
+
+def comm_init_cluster_info_config(rank_table_path: str, rank: int, config: dict) -> Communicator:
+    """HcclCommInitClusterInfoConfig: ``comm_init_cluster_info`` with this communicator's settings overriding the
+    environment's (``config`` as for ``comm_init_root_info_config``)."""
+    call = "comm_init_cluster_info_config"
+    return _cluster_info(rank_table_path, rank, call, _comm_config(config, call))
+
+
+def _cluster_info(rank_table_path: str, rank: int, call: str, config: dict | None) -> Communicator:
     table = load_rank_table(rank_table_path)
     if isinstance(rank, bool) or not isinstance(rank, int) or rank not in table.devices:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_cluster_info: rank {args.shown(rank)} is not in "
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: rank {args.shown(rank)} is not in "
                                                 f"{rank_table_path} "
                                                 f"(rank_ids {sorted(table.devices)})")
     server, device_id = table.devices[rank]
     RUNTIME.require()
     if server != RUNTIME.node:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_cluster_info: rank {rank} belongs to server {server} of "
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: rank {rank} belongs to server {server} of "
                                                 f"the rank table, but this process runs on node {RUNTIME.node}")
     try:
         logical = RUNTIME.visible.index(device_id)
     except ValueError:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"comm_init_cluster_info: device_id {device_id} of rank {rank} is "
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: device_id {device_id} of rank {rank} is "
                                                 f"not visible to this process (visible cards {RUNTIME.visible})") from None
     cur = RUNTIME.current
     if cur is None or cur.physical != device_id:
@@ -215,12 +232,16 @@ def comm_init_cluster_info(rank_table_path: str, rank: int) -> Communicator:
     with _cluster_lock:
         nth = _cluster_inits[(digest, rank)] = _cluster_inits.get((digest, rank), 0) + 1
     comm_id = f"rt-{digest}-{job}-{os.environ.get('RESTART_COUNT', '0')}-{nth}"
-    return _init(RUNTIME.current, comm_id, table.size, rank, "comm_init_cluster_info")
+    return _init(RUNTIME.current, comm_id, table.size, rank, call, config)
 
 
-def create_sub_comm(comm: Communicator, rank_ids, sub_comm_id: int, sub_rank: int) -> Communicator | None:
-    """HcclCreateSubCommConfig: members pass the ordered global ranks; non-members pass None → None."""
+def create_sub_comm(comm: Communicator, rank_ids, sub_comm_id: int, sub_rank: int,
+                    config: dict | None = None) -> Communicator | None:
+    """HcclCreateSubCommConfig: members pass the ordered global ranks (``sub_rank``: this rank's index there)
+    and a ``sub_comm_id`` unique in ``comm`` (the sub-communicator is named ``<comm>_sub_<id>``), plus an
+    optional ``config`` as for ``comm_init_root_info_config``; non-members pass None and get None."""
     _check_comm(comm, "create_sub_comm")
+    cfg = None if config is None else _comm_config(config, "create_sub_comm")
     if rank_ids is None:
         return None
     ids = args.int_list(rank_ids, "create_sub_comm", "rank_ids", error=hccl_para)
@@ -235,7 +256,7 @@ def create_sub_comm(comm: Communicator, rank_ids, sub_comm_id: int, sub_rank: in
         raise HcclError(HcclResult.HCCL_E_PARA, f"create_sub_comm: sub_rank {args.shown(sub_rank)} but global "
                                                 f"rank {comm.rank} "
                                                 f"is at index {ids.index(comm.rank)} of rank_ids")
-    return _init(comm.ctx, f"{comm.id}_sub_{sub_comm_id}", len(ids), sub_rank, "create_sub_comm")
+    return _init(comm.ctx, f"{comm.id}_sub_{sub_comm_id}", len(ids), sub_rank, "create_sub_comm", cfg)
 
 
 def comm_destroy(comm: Communicator) -> None:
@@ -254,6 +275,12 @@ def get_rank_size(comm: Communicator) -> int:
 
 def get_rank_id(comm: Communicator) -> int:
     return _check_comm(comm, "get_rank_id").rank
+
+
+def world_board_prefix(job: str) -> str:
+    """Where the rendezvous of job ``job``'s world communicators (``init``) is kept on the job's board: what
+    ``launch`` counts for "ranks joined n/N"."""
+    return f"hccl/world-{job}-"
 
 
 _world: Communicator | None = None

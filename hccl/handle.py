@@ -27,6 +27,7 @@ class CommHandle:
         self.destroyed = False
         self.lock = threading.Lock()
         self._host = False             # HostPath once built (None: this communicator has none)
+        self.calls: dict = {}          # call signature -> Call: its arguments checked once (hccl/api.py)
         hostpath.joined(comm_id)
 
     def host_path(self):
@@ -50,6 +51,21 @@ class CommHandle:
 
     def __repr__(self):
         return f"Communicator({self.id!r}, rank {self.rank}/{self.size} on {self.ctx.name})"
+
+
+class Call:
+    """One call signature of one communicator, checked once (``hccl/api.py``): the stream it goes to, the
+    parameters and buffers every call with these arguments sends, and what the host path prepared for it."""
+
+    __slots__ = ("buffers", "host", "op", "params", "stream", "wire")
+
+    def __init__(self, op: str, stream, params: dict, buffers: dict):
+        self.op = op
+        self.stream = stream
+        self.params = params
+        self.buffers = buffers
+        self.wire = {k: v for k, v in buffers.items() if v is not None}     # what goes to the card
+        self.host = False               # hostpath.Prepared, None (not on the host path), False: not asked yet
 
 
 def _check_comm(comm, call) -> CommHandle:

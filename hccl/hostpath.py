@@ -15,6 +15,11 @@ needs something this rank enqueues later is never blocked by it. Any irregularit
 match, a peer that is gone — is also handed over, and the card reports it at the next synchronize,
 exactly as on the card path. ``NPUSIM_HCCL_HOST_PATH=0`` turns the host path off.
 
+A call costs one pass of Python over prepared state: per call signature (``handle.Call``) the views of its
+buffers, its stage areas and its fingerprint bytes are computed once (``Prepared``; views again only when the
+context forgot an allocation), a reduction is one ufunc call over every rank's stage, the phase wakes its
+sleepers once, and waiters sleep at once when ranks outnumber cores (``protocol/ctrlblock.py``).
+
 Only communicators with one rank in this process use it (a process driving several ranks from one
 thread, as ``comm_init_all`` does, must never block in one rank's call), and only buffers this process
 allocated itself (``rt.host.hostview.DeviceMap``); everything else goes to the card.
@@ -25,12 +30,14 @@ from __future__ import annotations
 import os
 import threading
 
+import numpy as np
+
 from rt.errors import NpuError
 from rt.wire.segment import close_fds, map_received
 
 from .errors import HcclError
-from .protocol.ctrlblock import DONE, PHASE, ControlBlock, WaitAbort, wait_until
-from .protocol.staged import fits_stage, stage_agrees, stage_in, stage_out, stage_source
+from .protocol.ctrlblock import ARRIVED, DONE, SLOT_WORDS, ControlBlock, WaitAbort, wait_until
+from .protocol.staged import fast_reduce, fits_stage, stage_out, stage_source
 from .types import HcclResult
 
 _local_ranks: dict[str, int] = {}      # communicator id -> ranks of it in this process
@@ -64,6 +71,44 @@ def enabled() -> bool:
     return os.environ.get("NPUSIM_HCCL_HOST_PATH", "1").lower() not in ("0", "false", "no", "off")
 
 
+class Prepared:
+    """What the host path computes once per call signature (``handle.Call``): the views of the call's buffers
+    (valid while the context forgets no allocation), the stage areas it writes and reads, and the
+    length-prefixed fingerprint bytes it publishes."""
+
+    def __init__(self, path: HostPath, call):
+        ctrl, rank, op, p = path.ctrl, path.comm.rank, call.op, call.params
+        self.op, self.params = op, p
+        self.source = stage_source(op, p, rank)
+        self.fp_area, self.fp_bytes = [], None
+        for parity in (0, 1):
+            area, data = ctrl.fingerprint_record(rank, parity, p["fingerprint"])
+            self.fp_area.append(area)
+            self.fp_bytes = data
+        # every rank's fingerprint area, and what it holds when all called this
+        self.fp_all = [ctrl.fingerprint_areas(parity, self.fp_bytes.size) for parity in (0, 1)]
+        self.fp_agreed = self.fp_bytes.tobytes() * ctrl.n
+        self.generation = -1            # of the device map when ``views`` were taken
+        self.views: dict = {}
+        self.ctrl_stage = [ctrl.stage(rank, parity) for parity in (0, 1)]
+        self.stage_in: list = []        # per parity: (this rank's stage, its input), or None
+        self.reduce = fast_reduce(ctrl, rank, op, p)
+
+    def refresh(self, devmap, buffers) -> bool:
+        """Take the buffers' views again (the device map forgot an allocation since); False: not all are ours."""
+        views = {}
+        for name, buf in buffers.items():
+            if buf is not None and buf[1]:
+                views[name] = devmap.view(buf[0], buf[1])
+                if views[name] is None:
+                    return False
+        self.views = views
+        data = views.get(self.source) if self.source else None
+        self.stage_in = [None, None] if data is None else \
+            [(self.ctrl_stage[parity][:data.size], data) for parity in (0, 1)]
+        return True
+
+
 class HostPath:
     """The host path of one rank of one communicator (built on its first eligible call)."""
 
@@ -71,12 +116,13 @@ class HostPath:
         self.comm = comm
         self.ctrl = ctrl
         self.wait = _wait_ms() / 1000
-        self.phases = ctrl.slots[:, PHASE]
+        self.devmap = comm.ctx.devmap
         self.done = 0                   # collectives completed in this process
         self.handed = 0                 # started here, finished by the card
+        self.handed_task = None         # the stream task the last call's rest went to (None: done here)
 
     @classmethod
-    def build(cls, comm) -> "HostPath | None":
+    def build(cls, comm) -> HostPath | None:
         """The host path for ``comm``, or None when it must not or cannot have one."""
         if not enabled() or _local_ranks.get(comm.id, 0) != 1 or len({m[0] for m in comm.members}) != 1:
             return None
@@ -95,52 +141,76 @@ class HostPath:
             return None
         return cls(comm, ControlBlock(arr, comm.size))
 
-    def run(self, stream, seq: int, op: str, params: dict, buffers: dict) -> bool:
-        """Run collective ``seq`` here if possible; False (nothing done) means: submit it to the card."""
-        self.handed_task = None          # the stream task the rest went to, when the card finishes it
-        if not fits_stage(op, params, self.comm.size):
-            return False
-        with self.comm.ctx.devmap.hold():
-            return self._run(stream, seq, op, params, buffers)
+    def prepare(self, call) -> Prepared | None:
+        """What this call signature needs here, or None: it never runs on the host path (too large, an
+        algorithm asked for)."""
+        if not fits_stage(call.op, call.params, self.comm.size):
+            return None
+        return Prepared(self, call)
 
-    def _run(self, stream, seq, op, params, buffers) -> bool:
-        comm, ctrl, rank = self.comm, self.ctrl, self.comm.rank
-        views = {}
-        try:
-            for name, buf in buffers.items():
-                if buf is not None and buf[1]:
-                    views[name] = comm.ctx.devmap.view(buf[0], buf[1])
-                    if views[name] is None:
-                        return False
-        except NpuError:                # the card is gone or refused: its own path reports why
+    def run(self, stream, seq: int, call, params: dict) -> bool:
+        """Run collective ``seq`` (a call of signature ``call``; ``params`` as sent) here if possible; False
+        (nothing done) means: submit it to the card."""
+        self.handed_task = None
+        prep = call.host
+        if prep is False:
+            prep = call.host = self.prepare(call)
+        if prep is None:
             return False
+        devmap = self.devmap
+        devmap.enter()
+        try:
+            if prep.generation != devmap.generation:
+                generation = devmap.generation
+                try:
+                    if not prep.refresh(devmap, call.buffers):
+                        return False
+                except NpuError:        # the card is gone or refused: its own path reports why
+                    return False
+                prep.generation = generation
+            return self._run(stream, seq, prep, call, params)
+        finally:
+            devmap.leave()
+
+    def _run(self, stream, seq, prep, call, params) -> bool:
+        ctrl, rank = self.ctrl, self.comm.rank
+        words, slot = ctrl.words, rank * SLOT_WORDS
         client = stream.ctx.client
         with client.stream_order(stream.id):
             # Everything before it on the stream is done, and so is every earlier collective of this
             # communicator (possibly running on another stream): the card is not touching our slot.
-            if not client.stream_done(stream.id) or int(ctrl.slots[rank, DONE]) != seq - 1:
+            if not client.stream_done(stream.id) or words[slot + DONE] != seq - 1:
                 return False
-            source = stage_source(op, params, rank)
-            target = stage_in(ctrl, rank, seq, params["fingerprint"], views.get(source) if source else None)
-            phases = self.phases
+            parity = seq & 1
+            staged = prep.stage_in[parity]
+            if staged is not None:
+                np.copyto(*staged)
+            prep.fp_area[parity][:] = prep.fp_bytes
+            words[slot + ARRIVED] = seq
+            target = ctrl.arrive(rank)
+            phases = ctrl.phase_words
+            if min(phases) < target:
+                try:
+                    wait_until(lambda: min(phases) >= target, timeout=self.wait, spins=ctrl.spins,
+                               sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
+                except WaitAbort:
+                    return self._hand_over(client, stream, seq, call, params, target)
+            if prep.fp_all[parity].tobytes() != prep.fp_agreed:
+                return self._hand_over(client, stream, seq, call, params, target)
             try:
-                wait_until(lambda: phases.min() >= target, timeout=self.wait,
-                      sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
-            except WaitAbort:
-                return self._hand_over(client, stream, seq, op, params, buffers, target)
-            if not stage_agrees(ctrl, seq):
-                return self._hand_over(client, stream, seq, op, params, buffers, target)
-            try:
-                stage_out(ctrl, rank, seq, op, params, views.get("recv"))
+                if prep.reduce is not None:
+                    prep.reduce(parity, prep.views.get("recv"))
+                else:
+                    stage_out(ctrl, rank, seq, prep.op, prep.params, prep.views.get("recv"))
             except Exception:          # the card computes it again and reports what went wrong
-                return self._hand_over(client, stream, seq, op, params, buffers, target)
-            ctrl.slots[rank, DONE] = seq
+                return self._hand_over(client, stream, seq, call, params, target)
+            words[slot + DONE] = seq
         self.done += 1
         return True
 
-    def _hand_over(self, client, stream, seq, op, params, buffers, target) -> bool:
+    def _hand_over(self, client, stream, seq, call, params, target) -> bool:
         """The card finishes it (the stream's order lock is held, so it is the stream's next task)."""
-        self.handed_task = client.submit(stream.id, "hccl_finish", self.comm.id, self.comm.rank, seq, op, params,
-                                         {k: v for k, v in buffers.items() if v is not None}, target)
+        self.handed_task = client.submit(stream.id, "hccl_finish", self.comm.id, self.comm.rank, seq, call.op, params,
+                                         call.wire, target)
         self.handed += 1
         return True

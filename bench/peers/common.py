@@ -12,7 +12,8 @@ import json
 import statistics
 import time
 
-BUSBW = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+BUSBW = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0,
+         "reduce_scatter": lambda n: (n - 1) / n}
 
 
 def parse_size(text: str) -> int:
@@ -43,9 +44,11 @@ def sizes(ns) -> list[int]:
 
 
 def layout(collective: str, nbytes: int, n: int) -> tuple[int, int]:
-    """(elements per rank's input, reported size in bytes) for fp32, as hccl-test / nccl-tests."""
+    """(elements per rank's block, reported size in bytes) for fp32, as hccl-test / nccl-tests: a block is the
+    whole input, except for all_gather (its input) and reduce_scatter (its output), where the size counts
+    every rank's block."""
     count = nbytes // 4
-    if collective == "all_gather":
+    if collective in ("all_gather", "reduce_scatter"):
         per = count // n
         return per, per * n * 4
     return count, count * 4

@@ -1,4 +1,4 @@
-"""torch.distributed (gloo, CPU) peer of hccl-test: all_reduce / broadcast / all_gather, fp32.
+"""torch.distributed (gloo, CPU) peer of hccl-test: all_reduce / broadcast / all_gather / reduce_scatter, fp32.
 
     torchrun --nproc-per-node 8 bench/peers/gloo_allreduce.py all_reduce -b 1K -e 64M -f 4 -n 20 -w 5
     torchrun --nproc-per-node 8 bench/peers/gloo_allreduce.py all_reduce --first-only
@@ -6,7 +6,7 @@
 Rank 0 prints one ``PEER_RESULT {json}`` line (rows as hccl-test's, see common.py); with
 ``--first-only`` it prints ``FIRST_COLLECTIVE <unix time>`` once its first all_reduce completed.
 torch's all_reduce and broadcast work in place (gloo has no out-of-place form); all_gather fills a
-list of per-rank tensors.
+list of per-rank tensors; reduce_scatter is ``reduce_scatter_tensor`` (out of place).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ def pattern(count: int, rank: int) -> torch.Tensor:
 
 def bench_one(collective: str, nbytes: int, ns, rank: int, n: int) -> dict:
     count, size = layout(collective, nbytes, n)
+    if collective == "reduce_scatter":
+        count *= n                               # the input holds every rank's block
     x = pattern(count, rank)
     if collective == "all_reduce":
         def call():
@@ -34,6 +36,11 @@ def bench_one(collective: str, nbytes: int, ns, rank: int, n: int) -> dict:
     elif collective == "broadcast":
         def call():
             dist.broadcast(x, 0)
+    elif collective == "reduce_scatter":
+        out = torch.empty(count // n, dtype=torch.float32)
+
+        def call():
+            dist.reduce_scatter_tensor(out, x)
     else:
         outs = [torch.empty(count, dtype=torch.float32) for _ in range(n)]
 
@@ -51,6 +58,10 @@ def bench_one(collective: str, nbytes: int, ns, rank: int, n: int) -> dict:
         wrong = int((x != want).sum())
     elif collective == "broadcast":
         wrong = int((x != pattern(count, 0)).sum())
+    elif collective == "reduce_scatter":
+        block = count // n
+        want = sum(pattern(count, r) for r in range(n))[rank * block: (rank + 1) * block]
+        wrong = int((out != want).sum())
     else:
         wrong = sum(int((outs[r] != pattern(count, r)).sum()) for r in range(n))
     stats = torch.tensor([med], dtype=torch.float64)

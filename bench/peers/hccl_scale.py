@@ -6,6 +6,8 @@
                                        --big the result of one 64 MiB all_reduce checked against its formula
 
 Every rank's input is a pattern of small integers, so the SUM is exact and a wrong element is a real error.
+After the timed all_reduces every rank passes a barrier. Calls run on a stream of the rank's own, waited for
+with ``synchronize_stream`` as HCCL's samples do (``--sync device``: ``synchronize_device``).
 """
 
 from __future__ import annotations
@@ -42,22 +44,34 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--big", type=int, default=0, help="bytes of one checked all_reduce (0: none)")
+    p.add_argument("--sync", choices=("stream", "device"), default="stream",
+                   help="wait for each call with synchronize_stream on the call's stream (HCCL's samples: "
+                        "aclrtSynchronizeStream) or with synchronize_device")
     ns = p.parse_args()
     comm = hccl.init()
     r, n = comm.rank, comm.size
+    stream = rt.create_stream()
+
+    def sync():
+        if ns.sync == "stream":
+            rt.synchronize_stream(stream)
+        else:
+            rt.synchronize_device()
     t = rt.Tensor.from_numpy(np.ones(256, np.float32))
-    comm.all_reduce(t)
-    rt.synchronize_device()
+    comm.all_reduce(t, stream=stream)
+    sync()
     if r == 0:
         print(f"FIRST_COLLECTIVE {time.time():.6f}", flush=True)
     assert float(t.numpy()[0]) == n, (t.numpy()[0], n)
     times = []
     for i in range(ns.iters + 5):
         t0 = time.perf_counter()
-        comm.all_reduce(t)
-        rt.synchronize_device()
+        comm.all_reduce(t, stream=stream)
+        sync()
         if i >= 5:
             times.append(time.perf_counter() - t0)
+    comm.barrier(stream=stream)                 # every rank got here: the barrier across all nodes completes
+    sync()
     mine = statistics.median(times)
     every = rt.Tensor.from_numpy(np.full(1, mine, np.float64))
     comm.all_reduce(every, op="max")
@@ -67,8 +81,8 @@ def main() -> None:
         count = ns.big // 4
         big = rt.Tensor.from_numpy(pattern(count, r))
         t0 = time.perf_counter()
-        comm.all_reduce(big)
-        rt.synchronize_device()
+        comm.all_reduce(big, stream=stream)
+        sync()
         result["big_bytes"], result["big_s"] = ns.big, time.perf_counter() - t0
         wrong = np.array([_wrong(big.numpy(), n)], np.int64)
         total = rt.Tensor.from_numpy(wrong)

@@ -1,9 +1,9 @@
-"""mpi4py + Open MPI peer of hccl-test: all_reduce / broadcast / all_gather, fp32 numpy buffers.
+"""mpi4py + Open MPI peer of hccl-test: all_reduce / broadcast / all_gather / reduce_scatter, fp32 numpy buffers.
 
     mpirun --allow-run-as-root --oversubscribe -np 8 python bench/peers/mpi_allreduce.py all_reduce -b 1K -e 64M
 
 Rank 0 prints one ``PEER_RESULT {json}`` line (rows as hccl-test's, see common.py). Out-of-place
-``Allreduce(send, recv)`` and ``Allgather``; ``Bcast`` is in place by definition.
+``Allreduce(send, recv)``, ``Allgather`` and ``Reduce_scatter_block``; ``Bcast`` is in place by definition.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ def pattern(count: int, rank: int) -> np.ndarray:
 def bench_one(comm, collective: str, nbytes: int, ns) -> dict:
     rank, n = comm.rank, comm.size
     count, size = layout(collective, nbytes, n)
+    if collective == "reduce_scatter":
+        count *= n                               # the input holds every rank's block
     x = pattern(count, rank)
     if collective == "all_reduce":
         out = np.zeros(count, np.float32)
@@ -36,6 +38,11 @@ def bench_one(comm, collective: str, nbytes: int, ns) -> dict:
 
         def call():
             comm.Bcast(x, root=0)
+    elif collective == "reduce_scatter":
+        out = np.zeros(count // n, np.float32)
+
+        def call():
+            comm.Reduce_scatter_block(x, out, op=MPI.SUM)
     else:
         out = np.zeros(count * n, np.float32)
 
@@ -53,6 +60,9 @@ def bench_one(comm, collective: str, nbytes: int, ns) -> dict:
         want = sum(pattern(count, r) for r in range(n))
     elif collective == "broadcast":
         want = pattern(count, 0)
+    elif collective == "reduce_scatter":
+        block = count // n
+        want = sum(pattern(count, r) for r in range(n))[rank * block: (rank + 1) * block]
     else:
         want = np.concatenate([pattern(count, r) for r in range(n)])
     wrong = int(np.count_nonzero(out != want))

@@ -19,7 +19,7 @@ from rt.card.queues import annotate, current_note
 
 from ..errors import HcclError
 from ..protocol.ctrlblock import ARRIVED, BUF0, CARD, DONE, V_RCOUNT, V_SCOUNT, V_SDISPL
-from ..protocol.staged import combine_stages, fits_stage, stage_agrees, stage_in, stage_out, stage_source
+from ..protocol.staged import fits_stage, stage_agrees, stage_in, stage_out, stage_source
 from ..types import HcclResult, apply_reduce, hccl_np_dtype
 from .endpoint import Endpoint
 
@@ -78,7 +78,7 @@ def run(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
     here = ep.members[ep.rank][0]
     arrays = {r: _rank_arrays(ep, r, dtype) if ep.members[r][0] == here or r == ep.rank else None
               for r in range(ep.n)}
-    for r in range(ep.n):                     # remote ranks: only their own sends are read, via Ray
+    for r in range(ep.n):                     # remote ranks: only their own sends are read, sent to us
         if arrays[r] is None:
             arrays[r] = _RemoteArrays()
     if sched is None:
@@ -141,21 +141,19 @@ def _staged(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
 
 
 def _hub_staged(ep: Endpoint, seq: int, op: str, p: dict, views: dict, what: str) -> None:
-    """A small collective across nodes in one hub call: every rank sends its input along with its
-    arrival and gets every rank's back, then computes its own result (as ``_staged`` does)."""
+    """A small collective across nodes in one hub round: every rank hands in its input along with its
+    arrival and gets its own result back (``hccl/transport/direct.py``)."""
     source = stage_source(op, p, ep.rank)
     view = views.get(source) if source else None
-    data = ep.view(view).tobytes() if view is not None and view[2] else b""
+    data = ep.view(view) if view is not None and view[2] else None
     me = ep.ctrl.slots[ep.rank]
     me[ARRIVED] = seq
-    fps, inputs = ep.hub.exchange(ep.rank, seq, p["fingerprint"], int(me[DONE]), data, what, ep.exec_timeout)
-    me[DONE] = seq
-    if len(set(fps)) > 1:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{ep.comm_id}': ranks called "
-                                                f"different collectives: {_group(fps)}")
     recv = views.get("recv")
-    combine_stages(lambda k: np.frombuffer(inputs[k], np.uint8), ep.n, ep.rank, op, p,
-                   ep.view(recv) if recv is not None and recv[2] else None)
+    problem = ep.hub.small(ep.rank, seq, p["fingerprint"], int(me[DONE]), data, op, p,
+                           ep.view(recv) if recv is not None and recv[2] else None, what, ep.exec_timeout)
+    me[DONE] = seq
+    if problem:
+        raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{ep.comm_id}': {problem}")
 
 
 def _remote_step(ep: Endpoint, step_index: int, seq: int, step, arrays, what: str) -> dict:
@@ -164,11 +162,11 @@ def _remote_step(ep: Endpoint, step_index: int, seq: int, step, arrays, what: st
     here = node_of[ep.rank]
     for i, t in enumerate(step):
         if t.src == ep.rank and node_of[t.dst] != here and t.count:
-            ep.hub.send((seq, step_index, i), arrays[t.src][t.src_buf][t.src_off: t.src_off + t.count])
+            ep.hub.send((seq, step_index, i), arrays[t.src][t.src_buf][t.src_off: t.src_off + t.count], t.dst)
     fetched = {}
     for i, t in enumerate(step):
         if t.dst == ep.rank and node_of[t.src] != here and t.count:
-            fetched[i] = ep.hub.recv((seq, step_index, i), what, seq, ep.exec_timeout)
+            fetched[i] = ep.hub.recv((seq, step_index, i), what, seq, ep.exec_timeout, t.src)
     return fetched
 
 
@@ -203,7 +201,7 @@ class _RemoteArrays(dict):
     """Placeholder for a rank on another node: its buffers are never mapped here."""
 
     def __missing__(self, key):
-        raise HcclError(HcclResult.HCCL_E_INTERNAL, "a schedule read another node's buffer outside a Ray transfer")
+        raise HcclError(HcclResult.HCCL_E_INTERNAL, "a schedule read another node's buffer outside a transfer")
 
 
 def _group(fps: list[str]) -> str:

@@ -14,7 +14,7 @@ import os
 
 
 from ..errors import HcclError
-from ..protocol.ctrlblock import (ALIVE, ARRIVED, CARD, CLOSED, DONE, HOST_GONE, PHASE, PID, STATUS, ControlBlock,
+from ..protocol.ctrlblock import (ALIVE, ARRIVED, CARD, CLOSED, DONE, HOST_GONE, PID, STATUS, ControlBlock,
                                   WaitAbort, pid_alive, wait_until)
 from ..types import HcclResult
 
@@ -96,27 +96,24 @@ class Endpoint:
     def barrier(self, what: str, seq: int) -> None:
         """Wait for the ranks of this node (every rank, on one node) to reach the same point.
 
-        Across nodes no global barrier is needed between steps: the only data that crosses nodes is
-        deposited as Ray objects (copies) and fetched by the receiver, which waits for the deposit —
+        Across nodes no global barrier is needed between steps: the only data that crosses nodes is sent
+        as a copy to the receiver's process (``hccl/transport/direct.py``), which waits for it —
         and each collective starts with a global arrival through the hub (``collective.py``).
         """
-        slots = self.ctrl.slots
-        target = int(slots[self.rank, PHASE]) + 1
-        slots[self.rank, PHASE] = target
-        self.ctrl.notify()
+        target = self.ctrl.arrive(self.rank, None if len(self.local) == self.n else self.local)
         self.wait_phase(what, seq, target)
 
     def wait_phase(self, what: str, seq: int, target: int) -> None:
         """Wait until every rank of this node reached barrier phase ``target`` (bounded by HCCL_EXEC_TIMEOUT)."""
-        local, phases = self.local, self.ctrl.slots[:, PHASE]
+        local, phases = self.local, self.ctrl.phase_words
         if len(local) == self.n:
-            arrived = lambda: phases.min() >= target                 # noqa: E731
+            arrived = lambda: min(phases) >= target                  # noqa: E731
         else:
-            arrived = lambda: phases[local].min() >= target          # noqa: E731
+            arrived = lambda: min(phases[r] for r in local) >= target    # noqa: E731
         try:
             wait_until(arrived, timeout=self.exec_timeout,
                   check=lambda: self.check_peers([r for r in local if phases[r] < target], what),
-                  sleeper=self.sleeper)
+                  sleeper=self.sleeper, spins=self.ctrl.spins)
         except WaitAbort:
             raise HcclError(HcclResult.HCCL_E_TIMEOUT, self._missing_report(seq, what)) from None
 
@@ -141,6 +138,7 @@ class Endpoint:
     def close(self, status: int = CLOSED) -> None:
         self.mark(status)
         if self.hub is not None:
+            self.hub.left(status == HOST_GONE)        # the other nodes stop waiting for a rank whose process died
             self.service.retire_hub(self.hub)
             self.hub = None
         if self.scratch_ptr is not None:

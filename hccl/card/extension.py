@@ -184,10 +184,9 @@ class HcclExtension(Extension):
         self._release_ctrl([ep.comm_id for ep in eps])
 
     def retire_hub(self, hub) -> None:
-        """Keep a closed endpoint's hub handle for HUB_GRACE seconds more. The card whose endpoint created
-        the hub owns it, and Ray ends an actor when its owner drops the last handle — while replies to the
-        other ranks' last arrival may still be on their way (seen: "the communicator's hub died" on ranks
-        that had all arrived)."""
+        """Keep a closed endpoint's hub for HUB_GRACE seconds more: the hub of the ranks in this process
+        (``hccl/transport/direct.py``) lives while an endpoint holds it, and other ranks' last round may still be
+        finishing when one rank destroys the communicator."""
         now = time.monotonic()
         with self.lock:
             self.retired = [(t, h) for t, h in self.retired if t > now]     # older ones may go now
@@ -210,8 +209,9 @@ class HcclExtension(Extension):
                                                         f"held its control block")
             seg = self.ctrl.get(comm_id)
             if seg is None:
-                seg = self.ctrl[comm_id] = Segment(max(nbytes, 4096), name=f"npusim-hccl-{comm_id}")
-                seg.array[:] = 0
+                # a fresh memfd reads as zeros; its pages (mostly staging areas a communicator spanning nodes
+                # never uses) are allocated when first written, not up front: 256 ranks' blocks are 134 MB each
+                seg = self.ctrl[comm_id] = Segment(max(nbytes, 4096), name=f"npusim-hccl-{comm_id}", prefault=False)
             return seg.array
 
     def peer_ctrl_array(self, card_index: int, comm_id: str, nbytes: int):

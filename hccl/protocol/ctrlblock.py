@@ -5,7 +5,8 @@ Each communicator has one *control block* per node: a shared-memory array with o
 its buffers live), one mailbox per ordered rank pair for send/recv, a futex word, and per rank two
 staging areas for small collectives (``hccl/protocol/staged.py``). Rank 0's card of the node creates it on
 first request; the other cards — and rank processes using the host path — map it from a file
-descriptor. Waiting on it spins briefly, then sleeps on the futex (``_wait``).
+descriptor. Waiting on it spins briefly when every rank of the block has a core of its own, then sleeps on
+the futex (``wait_until``); a barrier phase wakes its sleepers once, when its last rank arrives (``arrive``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ STAGE_BYTES = 256 << 10                        # per rank and parity: small coll
 P_SEND, P_RECV_DONE, P_SEG, P_OFF, P_SIZE, P_COUNT, P_DTYPE, V_SCOUNT, V_SDISPL, V_RCOUNT = range(10)
 PAIR_WORDS = 10
 ALIVE, HOST_GONE, CLOSED = 0, 1, 2
+SPINS = 100                    # yields before a waiter sleeps (when ranks do not outnumber cores)
 
 
 class WaitAbort(Exception):
@@ -47,6 +49,15 @@ class ControlBlock:
         self.wake_addr = self.wake_word.ctypes.data
         self.stage_base = 8 * end + 64
         self.raw = arr
+        self.phases = self.slots[:, PHASE]
+        # The hot words again as memoryviews: an element read or a min over 8 ranks costs a tenth of numpy's
+        # per-call overhead (slot word i of rank r is words[r * SLOT_WORDS + i]).
+        self.words = memoryview(arr[: 8 * end]).cast("B").cast("q")
+        self.phase_words = self.words[PHASE: nranks * SLOT_WORDS: SLOT_WORDS]
+        self.sleep_words = self.words[SLEEPING: nranks * SLOT_WORDS: SLOT_WORDS]
+        # Waiters spin (yielding) before they sleep only when every rank can have a core: with more ranks
+        # than cores a spinning waiter only takes the core from the rank it waits for.
+        self.spins = SPINS if nranks <= _cores() else 0
 
     @staticmethod
     def nbytes(nranks: int) -> int:
@@ -59,20 +70,35 @@ class ControlBlock:
 
     def notify(self) -> None:
         """State changed: wake the ranks that sleep on this block (no system call if none does)."""
-        if self.slots[:, SLEEPING].any():
+        if any(self.sleep_words):
             self.wake_word[0] += 1
             futex.wake(self.wake_addr)
 
+    def arrive(self, rank: int, local=None) -> int:
+        """``rank`` reaches the next barrier phase (of all ranks, or of the ranks ``local`` on its node);
+        returns the phase to wait for. Only the arrival that completes the phase wakes the sleepers — one
+        wake-up per phase, not one per rank: nobody waiting on a phase can proceed before it is complete.
+        (The arrival's store and the check that follows are separated by far more stores than a store
+        buffer holds, so two last arrivals cannot both miss each other; were a wake-up ever lost, the
+        sleepers' bounded sleep recovers it.)"""
+        words, at = self.words, rank * SLOT_WORDS + PHASE
+        target = words[at] + 1
+        words[at] = target
+        phases = self.phase_words
+        if (min(phases) if local is None else min(phases[r] for r in local)) >= target:
+            self.notify()
+        return target
+
     def sleep(self, rank: int, cond, timeout: float) -> None:
         """Sleep until woken (or ``timeout``), unless ``cond()`` already holds."""
-        slot = self.slots[rank]
-        slot[SLEEPING] = 1
+        at = rank * SLOT_WORDS + SLEEPING
+        self.words[at] = 1
         seen = int(self.wake_word[0])
         try:
             if not cond():
                 futex.wait(self.wake_addr, seen, timeout)
         finally:
-            slot[SLEEPING] = 0
+            self.words[at] = 0
 
     def fingerprint(self, rank: int, seq: int) -> str:
         """What ``rank`` called as collective ``seq`` (kept for two sequence numbers: seq and seq-1)."""
@@ -88,6 +114,20 @@ class ControlBlock:
         area = table[:, start: start + 1 + length]
         return bool((area == area[0]).all())
 
+    def fingerprint_record(self, rank: int, parity: int, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """Where ``rank``'s fingerprint for sequence numbers of ``parity`` goes, and the length-prefixed bytes
+        :meth:`set_fingerprint` writes there: for callers that publish the same call again and again."""
+        data = text.encode()[:FP_MAX - 1]
+        base = rank * SLOT_WORDS * 8 + FP_OFF + parity * FP_MAX
+        return self.raw[base: base + 1 + len(data)], np.frombuffer(bytes([len(data)]) + data, np.uint8)
+
+    def fingerprint_areas(self, parity: int, length: int) -> np.ndarray:
+        """Every rank's length-prefixed fingerprint area of ``length`` bytes for sequence numbers of ``parity``
+        (an (n, length) view): compared with what :meth:`fingerprint_record` returns, as bytes, it is
+        :meth:`fingerprints_equal` for a caller that knows its own call."""
+        start = FP_OFF + parity * FP_MAX
+        return self.raw[: self.n * SLOT_WORDS * 8].reshape(self.n, SLOT_WORDS * 8)[:, start: start + length]
+
     def set_fingerprint(self, rank: int, seq: int, text: str) -> None:
         data = text.encode()[:FP_MAX - 1]
         base = rank * SLOT_WORDS * 8 + FP_OFF + (seq % 2) * FP_MAX
@@ -95,8 +135,16 @@ class ControlBlock:
         self.raw[base] = len(data)
 
 
-def wait_until(cond, *, timeout: float, check=None, sleeper=None, spins: int = 100) -> None:
-    """Wait until ``cond()``: yield first (cheap when peers are close), then sleep.
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def wait_until(cond, *, timeout: float, check=None, sleeper=None, spins: int = SPINS) -> None:
+    """Wait until ``cond()``: yield ``spins`` times first (cheap when peers are close and have cores of their
+    own), then sleep.
 
     ``sleeper(cond, seconds)`` blocks on the control block's futex until someone changes state; without
     it the wait sleeps with a short backoff. ``check()`` runs every ~0.2 s and raises to abort (dead

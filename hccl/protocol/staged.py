@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ctrlblock import ARRIVED, PHASE, STAGE_BYTES, ControlBlock
 from ..types import hccl_np_dtype, reduce_ufunc
+from .ctrlblock import ARRIVED, STAGE_BYTES, ControlBlock
 
 HUB_STAGE_BYTES = 1 << 20                      # across nodes: all inputs of a small collective, through the hub
 STAGED = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier")
@@ -46,12 +46,8 @@ def stage_in(ctrl: ControlBlock, rank: int, seq: int, fingerprint: str, data: np
     if data is not None:
         ctrl.stage(rank, seq % 2)[:data.size] = data
     ctrl.set_fingerprint(rank, seq, fingerprint)
-    me = ctrl.slots[rank]
-    me[ARRIVED] = seq
-    target = int(me[PHASE]) + 1
-    me[PHASE] = target
-    ctrl.notify()
-    return target
+    ctrl.slots[rank, ARRIVED] = seq
+    return ctrl.arrive(rank)
 
 
 def stage_agrees(ctrl: ControlBlock, seq: int) -> bool:
@@ -64,6 +60,28 @@ def stage_out(ctrl: ControlBlock, rank: int, seq: int, op: str, p: dict, recv: n
     """This rank's result of small collective ``seq`` from every rank's stage, into ``recv`` (uint8)."""
     parity = seq % 2
     combine_stages(lambda k: ctrl.stage(k, parity), ctrl.n, rank, op, p, recv)
+
+
+def fast_reduce(ctrl: ControlBlock, rank: int, op: str, p: dict):
+    """For a reduction (all_reduce, reduce, reduce_scatter) of a numpy number type on one node: a function
+    ``(parity, recv)`` computing what :func:`stage_out` computes — rank by rank, in the output dtype, so the
+    same bits — in one ufunc call over a strided view of every rank's stage; None for anything else."""
+    if op not in ("all_reduce", "reduce", "reduce_scatter"):
+        return None
+    dtype = hccl_np_dtype(p["dtype"])
+    if dtype.kind not in "iuf" or type(dtype).__module__ != "numpy.dtypes":
+        return None
+    count, itemsize = p["count"], dtype.itemsize
+    first = rank * count if op == "reduce_scatter" else 0
+    # reduce along axis 0 of an (n, count) array runs rank after rank, as combine_stages does
+    stages = [np.ndarray((ctrl.n, count), dtype, buffer=ctrl.raw, offset=ctrl.stage_base + parity * STAGE_BYTES
+                         + first * itemsize, strides=(2 * STAGE_BYTES, itemsize)) for parity in (0, 1)]
+    combine = reduce_ufunc(p.get("op", 0)).reduce
+
+    def run(parity: int, recv: np.ndarray | None) -> None:
+        if recv is not None:
+            combine(stages[parity], axis=0, out=recv.view(dtype))
+    return run
 
 
 def combine_stages(stage_of, n: int, rank: int, op: str, p: dict, recv: np.ndarray | None) -> None:

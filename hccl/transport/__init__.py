@@ -1,1 +1,1 @@
-"""What crosses processes and nodes: rendezvous and the cross-node hub (local, Ray)."""
+"""What crosses processes and nodes: rendezvous (local, Ray) and a communicator's cross-node rounds and step data over direct links."""

@@ -6,12 +6,14 @@ other's mapped memory (``hccl/protocol/``); what crosses that boundary goes thro
 - ``rendezvous(comm_id, nranks, rank, info, timeout)``: every rank's card publishes ``info`` and waits
   for all of them (bounded by ``HCCL_CONNECT_TIMEOUT``); returns the infos in rank order, or raises
   ``HCCL_E_TIMEOUT`` naming the ranks that never joined;
-- ``hub(comm_id, nranks)``: for a communicator that spans nodes, the per-communicator meeting point of
-  its collectives (``arrive``, ``exchange`` of small inputs, ``send``/``recv`` of step data), every
-  failure mapped to an ``HcclError`` naming the call.
+- ``hub(comm_id, nranks)``: for a communicator that spans nodes (asked for right after its rendezvous), what
+  its collectives do across nodes: ``arrive`` (every rank's call), ``small`` (a small collective in one
+  round: inputs in, this rank's result out), ``send``/``recv`` of schedule-step data between two ranks, and
+  ``left`` (a rank's process died) — every failure an ``HcclError`` naming the call (``direct.py``).
 
 ``InProcessTransport`` (``local.py``) serves cards living in one process (``backend="local"``: one node);
-``RayTransport`` (``ray.py``) serves card actors and is the only place HCCL touches Ray. Both meet through
+``RayTransport`` (``ray.py``) serves card actors and is the only place HCCL touches Ray (their rendezvous); its
+hubs talk over direct links between card processes (``direct.py``, ``link.py``). Both meet through
 rt's generic rendezvous (``rt/rendezvous.py``); ``fabric.py`` picks the one of a card.
 """
 

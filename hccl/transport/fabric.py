@@ -8,6 +8,6 @@ from .local import InProcessTransport
 def for_card(card):
     """The transport of ``card``'s fabric (created once per card)."""
     if card.fabric == "ray":
-        from .ray import RayTransport     # imports Ray: card actors only
+        from .ray import RayTransport  # imports Ray: card actors only
         return RayTransport(card.scope)
     return InProcessTransport()

@@ -22,6 +22,7 @@ from rt.constants import AclErrorCode
 from rt.errors import AclError
 
 from ..agent import NodeAgent
+from .progress import JoinProgress
 
 AGENT_START_TIMEOUT = 60.0
 AGENT_POLL = 0.5   # seconds an agent's long poll may block
@@ -104,7 +105,7 @@ class RayBackend:
     algorithms and transport exactly as on a cluster."""
 
     def __init__(self, rc):
-        from rt.ray import pool, session  # first: it sets what Ray reads at import
+        from rt.ray import pool, session  # noqa: I001 - first: it sets what Ray reads at import
         import ray
 
         self._ray, self._session, self._pool, self._rc = ray, session, pool, rc
@@ -116,6 +117,7 @@ class RayBackend:
         self._pending: dict = {}  # remote agent index -> outstanding poll ref
         self._connected_here = self._started_here = False
         self._agents_ready: list = []
+        self._joining: JoinProgress | None = None
         if ray.is_initialized():
             where = "the caller's Ray session"
         elif rc.address:
@@ -191,12 +193,14 @@ class RayBackend:
         # session that outlives the job the cards are warm ones (rt/ray/pool.py), reset after each job.
         if not self._warm:
             fresh = [self._session.create_cards(card_job, index, node["node_id"], self._rc.hw,
-                                                indices=self._rc.devices, wait=False, per_host=self._per_host)
+                                                indices=self._rc.devices, wait=False, per_host=self._per_host,
+                                                parties=self._rc.world_size)
                      for index, node in enumerate(self.nodes)]
         else:
             fresh = [self._pool.acquire(card_job, index, node["node_id"], self._rc.hw, count=node["npus"], wait=False)
                      for index, node in enumerate(self.nodes)]
         self._cards.extend(fresh)
+        self._card_job = card_job
         return [{**self.job_env, "NPUSIM_JOB": card_job, "NPUSIM_CARD_DIR": c.socket_dir} for c in fresh]
 
     def start(self, specs_per_node: list, attempt: int) -> None:
@@ -204,6 +208,11 @@ class RayBackend:
             self.agents[index].start(specs_per_node[index], attempt)
         self._wait_agents()
         refs = [self.agents[i].start.remote(specs_per_node[i], attempt) for i in self._remote()]
+        if self._rc.world_size > PROGRESS_FROM:      # "ranks joined n/N" while they reach hccl.init's rendezvous
+            from hccl.comm import world_board_prefix
+            from rt.ray.actor import job_board
+            board = job_board(self._session.card_namespace(self._card_job))
+            self._joining = JoinProgress(self._ray, board, world_board_prefix(self._card_job), self._rc.world_size)
         self._wait_cards()
         self._ray.get(refs)
 
@@ -215,6 +224,8 @@ class RayBackend:
         booted, started, said = [0], time.monotonic(), [0.0]
 
         def progress(n: int) -> None:
+            if self._joining is not None:
+                self._joining.tick()
             booted[0] += n
             now = time.monotonic()
             if booted[0] == total or now - said[0] >= 2.0:
@@ -227,6 +238,8 @@ class RayBackend:
     def poll(self, timeout: float) -> list[dict]:
         """News from any node agent; keeps one long poll outstanding per remote agent."""
         wait = min(timeout, DRIVER_WAIT)
+        if self._joining is not None:
+            self._joining.tick()
         self._news.clear()
         results = self._poll_local()
         if not self._remote():

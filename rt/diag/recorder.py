@@ -80,6 +80,7 @@ class Recorder(Observer):
         self._hooked = False
         self._lock = threading.Lock()
         self._internal = _INTERNAL
+        self._inside: dict = {}                       # id(code) -> (code, whether it is npusim's): site()
         if "torch" in sys.modules:
             self._add_torch()
 
@@ -87,6 +88,7 @@ class Recorder(Observer):
         torch_dir = os.path.dirname(getattr(sys.modules["torch"], "__file__", "") or "")
         if torch_dir and torch_dir + os.sep not in self._internal:
             self._internal = (*self._internal, torch_dir + os.sep)
+            self._inside = {}
 
     # -- recording (hot path: keep it lean) --------------------------------------------------------
     def site(self, depth: int = 6):
@@ -95,19 +97,40 @@ class Recorder(Observer):
         when dumped (:func:`dumps.site_text`). ``depth`` is where the user's frame is when the public function
         was called directly (site, _entry, the recorder's handler, the seam, the internal caller, the public
         function): going there in one step materialises one frame object instead of every one on the way, which
-        is most of the recorder's cost per call; a deeper call (a wrapper, torch) is walked out from there."""
+        is most of the recorder's cost per call; a deeper call (a wrapper, torch) is walked out from there.
+        Whether a code object is npusim's own is decided once per code object (``_classify``)."""
         try:
             f = sys._getframe(depth)
         except ValueError:
             f = sys._getframe(3)
-        internal = self._internal
-        f = callsite.outside(f, internal)
+        inside = self._inside
+        while f is not None:
+            code = f.f_code
+            known = inside.get(id(code))
+            own = known[1] if known is not None and known[0] is code else self._classify(code)
+            if not own:
+                break
+            f = f.f_back
         if f is None:
             return None
         up = f.f_back
-        if up is not None and not up.f_code.co_filename.startswith(internal):
-            return (f.f_code, f.f_lineno, up.f_code, up.f_lineno)
+        if up is not None:
+            code = up.f_code
+            known = inside.get(id(code))
+            own = known[1] if known is not None and known[0] is code else self._classify(code)
+            if not own:
+                return (f.f_code, f.f_lineno, code, up.f_lineno)
         return (f.f_code, f.f_lineno, None, 0)
+
+    def _classify(self, code) -> bool:
+        """Whether ``code`` is npusim's (or torch's) own, remembered by the code object's id — a code object's
+        own hash digests its whole body on every call — with the object itself, so that a reused id is never
+        mistaken for it. The cache is bounded: code objects are few, but ``exec``'d code can make many."""
+        if len(self._inside) > 8192:
+            self._inside.clear()
+        own = code.co_filename.startswith(self._internal)
+        self._inside[id(code)] = (code, own)
+        return own
 
     def main_stack(self) -> list[str]:
         """Where the main thread is now (its innermost user frames, outermost first): what a rank was doing."""
@@ -159,15 +182,25 @@ class Recorder(Observer):
 
     # -- the seam's events --------------------------------------------------------------------------
     def collective(self, st, kind, label, seq, group, params, buffers, calls) -> dict | None:
-        """A collective as it is called (state "in the call" until :meth:`placed`). Kept cheap: the call's
-        parameters are referenced, not copied, and expanded by its package (``calls.fields``) only when dumped."""
-        e = self._entry(kind, label, st.ctx.client, st.id, None)
-        if e is not None:
-            e["group"], e["p"], e["b"], e["calls"], e["placed"] = group, params, buffers, calls, False
-            if seq is not None:
-                e["seq"] = seq
-            if self.rank is None:
-                self.rank = group.rank
+        """A collective as it is called (state "in the call" until :meth:`placed`). Kept cheap (the hot path of
+        every collective): the call's parameters are referenced, not copied, and expanded by its package
+        (``calls.fields``) only when dumped; the entry is built in one step (what ``_entry`` does, inlined)."""
+        if not self.configured:
+            self.configure()
+        if not self.watching:
+            return None
+        client = st.ctx.client
+        if id(client) not in self.clients:
+            self._client(client)
+        self.last_id = n = next(self._ids)
+        e = {"id": n, "kind": kind, "op": label, "client": client, "stream": st.id, "task": None,
+             "site": self.site(5), "t_enq": time.monotonic_ns(), "group": group, "p": params, "b": buffers,
+             "calls": calls, "placed": False}
+        if seq is not None:
+            e["seq"] = seq
+        self.entries.append(e)
+        if self.rank is None:
+            self.rank = group.rank
         return e
 
     def placed(self, entry: dict, task: int | None, on_host: bool = False) -> None:

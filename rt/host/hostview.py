@@ -36,23 +36,34 @@ class DeviceMap:
         self._uses: dict[int, int] = {}                   # segment id -> resolved allocations in it
         self._busy = 0                                    # host-side operations using views right now
         self._idle = threading.Condition(self._lock)
+        self._freeing = 0                                 # frees waiting for ``_busy`` to drop to 0
+        self.generation = 0          # bumped whenever an allocation is forgotten: views taken before may be stale
 
     @contextlib.contextmanager
     def hold(self):
         """While held, no allocation of this context is forgotten (``remove`` waits): a free from another
         thread cannot pull memory from under a collective this process is running on the card's behalf."""
-        with self._lock:
-            self._busy += 1
+        self.enter()
         try:
             yield self
         finally:
-            with self._lock:
-                self._busy -= 1
+            self.leave()
+
+    def enter(self) -> None:
+        """``hold`` without a context manager (hot paths): pair with :meth:`leave` in a ``finally``."""
+        with self._lock:
+            self._busy += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._busy -= 1
+            if not self._busy and self._freeing:
                 self._idle.notify_all()
 
     def close(self) -> None:
         """The context is gone: forget everything (mappings go with the last view)."""
         with self._lock:
+            self.generation += 1
             self._starts.clear()
             self._sizes.clear()
             self._resolved.clear()
@@ -72,12 +83,21 @@ class DeviceMap:
     def remove(self, ptr: int) -> None:
         """``ptr`` is about to be freed: never view it again (before the card is asked, so no race)."""
         with self._lock:
-            if ptr in self._sizes and not self._idle.wait_for(lambda: not self._busy, FREE_WAIT):
+            if ptr in self._sizes and self._busy:
+                self._freeing += 1
+                try:
+                    idle = self._idle.wait_for(lambda: not self._busy, FREE_WAIT)
+                finally:
+                    self._freeing -= 1
+            else:
+                idle = True
+            if not idle:
                 raise AclError(AclErrorCode.ACL_ERROR_RT_MEMORY_FREE,
                                f"free: {ptr:#x} is still in use by a collective this process runs after "
                                f"{FREE_WAIT:g} s (another thread is inside an HCCL call on this context)")
             if self._sizes.pop(ptr, None) is None:
                 return
+            self.generation += 1
             del self._starts[bisect.bisect_left(self._starts, ptr)]
             where = self._resolved.pop(ptr, None)
             if where is not None:

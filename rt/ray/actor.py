@@ -11,29 +11,75 @@ and serving threads exactly as in its own process, but they share the host's pro
 from __future__ import annotations
 
 import os
+import threading
 
 import ray
 
-from ..rendezvous import Rendezvous
+from ..rendezvous import MAX_WAIT
 
 BOARD_NAME = "npusim-board"        # one per job, in the job's Ray namespace
 
 
-@ray.remote(num_cpus=0, max_concurrency=256)
+BOARD_THREADS = 256                # a waiting party holds a thread (each ~30 KiB): more for a larger world
+
+
+@ray.remote(num_cpus=0, max_concurrency=BOARD_THREADS)
 class JobBoard:
-    """The job's ``Rendezvous``. A threaded actor: a waiting party holds one of its threads, never a card's."""
+    """The job's rendezvous by key (the contract of ``rt/rendezvous.py``'s ``Rendezvous.join``). A threaded actor: a
+    waiting party holds one of its threads, never a card's; it is woken once, when the last party of its key
+    arrives (an event per key: joining never wakes the others), so a world of N ranks costs O(N), not O(N^2).
+    Created with threads for the job's world (``job_board(..., parties)``): all of it may wait at once."""
 
     def __init__(self):
-        self._meeting = Rendezvous()
+        self._lock = threading.Lock()
+        self._entries: dict[str, dict] = {}
+        self._complete: dict[str, int] = {}          # keys every party joined: their size (for ``joined``)
 
     def join(self, key: str, count: int, index: int, value, timeout: float) -> dict:
-        """``Rendezvous.join`` of the job's cards."""
-        return self._meeting.join(key, count, index, value, timeout)
+        """``{"values": [...]}`` once all ``count`` joined; ``{"joined": [...]}`` on timeout; ``{"twice": True}``
+        if ``index`` already joined. ``timeout`` is kept finite and >= 0 (inf, nan: see ``rt/rendezvous.py``)."""
+        timeout = float(min(timeout, MAX_WAIT)) if timeout >= 0 else 0.0       # nan >= 0 is False
+        with self._lock:
+            entry = self._entries.setdefault(key, {"values": {}, "left": count, "count": count,
+                                                   "done": threading.Event()})
+            if index in entry["values"]:
+                return {"twice": True}
+            entry["values"][index] = value
+            if len(entry["values"]) >= count:
+                entry["done"].set()
+        if not entry["done"].wait(timeout):
+            with self._lock:
+                if not entry["done"].is_set():
+                    return {"joined": sorted(entry["values"])}
+        with self._lock:
+            values = [entry["values"][i] for i in range(count)]
+            entry["left"] -= 1
+            if not entry["left"]:                # the last party out forgets the key
+                self._entries.pop(key, None)
+                if len(self._complete) >= 256:
+                    self._complete.pop(next(iter(self._complete)))
+                self._complete[key] = count
+        return {"values": values}
+
+    def joined(self, prefix: str) -> tuple[int, int]:
+        """(parties joined, parties expected) of the most advanced key starting with ``prefix`` ((0, 0): none yet)
+        — what ``launch`` reports as "ranks joined n/N"."""
+        with self._lock:
+            best = (0, 0)
+            for key, n in self._complete.items():
+                if key.startswith(prefix):
+                    best = max(best, (n, n))
+            for key, entry in self._entries.items():
+                if key.startswith(prefix):
+                    best = max(best, (len(entry["values"]), entry["count"]))
+        return best
 
 
-def job_board(namespace: str):
-    """The board of the job whose actors live in ``namespace`` (created by the first who asks)."""
-    return JobBoard.options(name=BOARD_NAME, namespace=namespace, get_if_exists=True).remote()
+def job_board(namespace: str, parties: int = 0):
+    """The board of the job whose actors live in ``namespace`` (created by the first who asks, with a thread for
+    each of ``parties`` ranks that may wait at once, plus some)."""
+    return JobBoard.options(name=BOARD_NAME, namespace=namespace, get_if_exists=True,
+                            max_concurrency=max(BOARD_THREADS, int(parties) + 64)).remote()
 
 
 

@@ -277,9 +277,10 @@ class CardSet:
 
 def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: int | None = None,
                  socket_dir: str | None = None, timeout: float = 60.0, indices=None, wait: bool = True,
-                 per_host: int = 1) -> CardSet:
+                 per_host: int = 1, parties: int = 0) -> CardSet:
     """Create (or find) the cards 0..count-1 (or ``indices``) of ``node``, pinned to Ray node ``node_id``: a
-    ``CardActor`` each, or with ``per_host`` > 1 a ``CardHost`` per ``per_host`` of them (``rt/ray/actor.py``)."""
+    ``CardActor`` each, or with ``per_host`` > 1 a ``CardHost`` per ``per_host`` of them (``rt/ray/actor.py``);
+    ``parties``: the ranks of the whole job, which may all wait on its board at once."""
     from .actor import CardActor, CardHost
     from ..wire.channel import card_key
     count = cfg.cards_per_node if count is None else count
@@ -308,7 +309,7 @@ def create_cards(job: str, node: int, node_id: str | None, cfg: Config, count: i
                                                                          opts["namespace"], key)
                   for i in indices]
     from .actor import job_board
-    board = job_board(opts["namespace"])  # boots beside the cards: their first rendezvous does not wait for it
+    board = job_board(opts["namespace"], parties)  # boots beside the cards: their first rendezvous does not wait
     cards = CardSet(job, node, socket_dir, actors, True, {a.address.remote(): g for g, a in zip(groups, actors)},
                     board)
     if wait:

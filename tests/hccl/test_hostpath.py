@@ -115,6 +115,17 @@ def test_mismatched_calls_fail_on_every_rank_and_the_comm_recovers(cards):
         assert code == E_PARA and "different collectives" in message and "count=64" in message, message
 
 
+@pytest.mark.ray
+def test_a_remembered_call_never_writes_through_its_view_of_a_freed_buffer(cards):
+    """The host path keeps a call signature's views of its buffers; after a free the same call goes to the card,
+    whose memory checker refuses the freed pointer — on every rank, at synchronize."""
+    reports = _ranks(cards, "reuse")
+    for r, rep in enumerate(reports):
+        assert rep["bad"] == [], (r, rep["bad"])
+        assert rep["host"]["done"] >= 1, rep
+        assert len(rep["errors"]) == 1, (r, rep)
+
+
 # ---------------------------------------------------------------------- the pieces, without Ray
 def test_device_map_views_only_live_own_allocations(dev0):
     rt = dev0

@@ -154,6 +154,24 @@ elif scenario == "mismatch":                # rank 0 passes another count: every
     hccl.all_reduce(t.ptr, t.ptr, 4, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm)
     rt.synchronize_stream(None)
     check("after mismatch", t.numpy()[:4], np.full(4, n, np.float32))
+elif scenario == "reuse":                   # one call signature again after its output buffer was freed
+    c, FP32 = 64, hccl.HCCL_DATA_TYPE_FP32
+    send, out = device(np.full(c, rank + 1, np.float32)), rt.empty((c,), np.float32)
+    for i in range(3):
+        send.copy_from(np.full(c, (rank + 1) * (i + 1), np.float32))
+        hccl.all_reduce(send.ptr, out.ptr, c, FP32, hccl.HCCL_REDUCE_SUM, comm)
+        rt.synchronize_stream(None)
+        check(f"reuse #{i}", out.numpy(), np.full(c, n * (n + 1) / 2 * (i + 1), np.float32))
+    done_before, ptr = comm.host_path().done, out.ptr
+    out.free()
+    hccl.all_reduce(send.ptr, ptr, c, FP32, hccl.HCCL_REDUCE_SUM, comm)   # the same signature, a freed buffer
+    try:
+        rt.synchronize_stream(None)
+        bad.append("a collective into a freed buffer succeeded")
+    except (hccl.HcclError, rt.AclError) as e:
+        errors.append([int(e.code), str(e)])
+    if comm.host_path().done != done_before:
+        bad.append("the host path wrote through its view of a freed buffer")
 else:
     raise SystemExit(f"unknown scenario {scenario}")
 

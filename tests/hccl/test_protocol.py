@@ -1,0 +1,113 @@
+"""The node protocol's pieces the host path's lean call relies on (hccl/protocol/), without cards or Ray.
+
+A control block here is a plain numpy array, as every card and rank process maps it: the one-call
+reduction over every rank's stage must give the bits the rank-by-rank combination gives (ranks on the
+card path and on the host path compute the same result independently); a barrier phase wakes its
+sleepers once, when it completes; a rank that knows its own call sees disagreement as the full
+fingerprint comparison does.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from hccl.protocol import ctrlblock, futex, staged
+from hccl.protocol.ctrlblock import SLEEPING, ControlBlock
+from hccl.types import HcclDataType, HcclReduceOp
+
+
+def block(n: int) -> ControlBlock:
+    return ControlBlock(np.zeros(ControlBlock.nbytes(n), np.uint8), n)
+
+
+def fill_stages(ctrl: ControlBlock, parity: int, inputs: list) -> None:
+    for k, x in enumerate(inputs):
+        raw = x.view(np.uint8)
+        ctrl.stage(k, parity)[:raw.size] = raw
+
+
+CODES = {np.float32: HcclDataType.FP32, np.float16: HcclDataType.FP16, np.int8: HcclDataType.INT8,
+         np.int32: HcclDataType.INT32, np.float64: HcclDataType.FP64}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int8, np.int32, np.float64])
+@pytest.mark.parametrize("op", ["all_reduce", "reduce_scatter", "reduce"])
+@pytest.mark.parametrize("rop", list(HcclReduceOp)[:4])
+def test_one_call_reduction_gives_the_bits_of_the_rank_by_rank_one(dtype, op, rop):
+    rng = np.random.default_rng(7)
+    n, count = 5, 37
+    per_rank = count * n if op == "reduce_scatter" else count
+    ctrl = block(n)
+    p = {"count": count, "dtype": int(CODES[dtype]), "op": int(rop), "root": 0 if op == "reduce" else None}
+    for parity in (0, 1):
+        if np.dtype(dtype).kind == "f":
+            inputs = [(rng.standard_normal(per_rank) * 3).astype(dtype) for _ in range(n)]
+        else:
+            inputs = [rng.integers(-9, 9, per_rank).astype(dtype) for _ in range(n)]
+        fill_stages(ctrl, parity, inputs)
+        for rank in (0, 3):
+            fast = staged.fast_reduce(ctrl, rank, op, p)
+            assert fast is not None
+            want, got = np.zeros(count, dtype), np.zeros(count, dtype)
+            staged.stage_out(ctrl, rank, 2 + parity, op, p, want.view(np.uint8))
+            fast(parity, got.view(np.uint8))
+            assert got.tobytes() == want.tobytes(), (parity, rank)
+            first = rank * count if op == "reduce_scatter" else 0
+            if rop == HcclReduceOp.SUM and np.dtype(dtype).kind == "f":          # and it is the reduction
+                oracle = np.sum([x[first: first + count].astype(np.float64) for x in inputs], axis=0)
+                np.testing.assert_allclose(got.astype(np.float64), oracle, rtol=1e-2 if dtype is np.float16 else 1e-5,
+                                           atol=1e-2 if dtype is np.float16 else 1e-6)
+
+
+def test_one_call_reduction_is_only_for_numpy_number_reductions():
+    ctrl = block(4)
+    assert staged.fast_reduce(ctrl, 0, "all_gather", {"count": 4, "dtype": int(HcclDataType.FP32)}) is None
+    assert staged.fast_reduce(ctrl, 0, "broadcast", {"count": 4, "dtype": int(HcclDataType.FP32), "root": 0}) is None
+    bf16 = {"count": 4, "dtype": int(HcclDataType.BFP16), "op": 0}
+    assert np.dtype(ml_dtypes.bfloat16).itemsize == 2
+    assert staged.fast_reduce(ctrl, 0, "all_reduce", bf16) is None      # ml_dtypes: the rank-by-rank path
+
+
+def test_a_phase_wakes_its_sleepers_once_when_the_last_rank_arrives(monkeypatch):
+    wakes = []
+    monkeypatch.setattr(futex, "wake", lambda address, count=1 << 30: wakes.append(address))
+    ctrl = block(4)
+    ctrl.slots[:, SLEEPING] = 1                         # everybody else asleep on the block
+    targets = [ctrl.arrive(r) for r in (2, 0, 3)]
+    assert targets == [1, 1, 1] and wakes == []          # incomplete phase: no system call
+    assert ctrl.arrive(1) == 1 and wakes == [ctrl.wake_addr]
+    assert ctrl.arrive(0) == 2 and len(wakes) == 1       # rank 0 alone in phase 2
+    # a barrier among the ranks of one node (0 and 2) completes without ranks 1 and 3
+    assert ctrl.arrive(2, [0, 2]) == 2 and len(wakes) == 2
+    ctrl.slots[:, SLEEPING] = 0
+    for r in (1, 3, 0, 1, 2, 3):
+        ctrl.arrive(r)
+    assert len(wakes) == 2                               # nobody asleep: never a system call
+
+
+def test_waiters_spin_only_when_every_rank_has_a_core(monkeypatch):
+    monkeypatch.setattr(ctrlblock, "_cores", lambda: 4)
+    assert block(4).spins == ctrlblock.SPINS
+    assert block(8).spins == 0
+
+
+def test_a_rank_that_knows_its_call_sees_a_mismatch_as_the_full_comparison_does():
+    n = 4
+    ctrl = block(n)
+    text = "all_reduce(count=256, dtype=FP32, op=SUM)"
+    for seq in (1, 2, 3):
+        parity = seq % 2
+        for r in range(n):
+            ctrl.set_fingerprint(r, seq, text.replace("256", "255") if (seq == 2 and r == 3) else text)
+        area, data = ctrl.fingerprint_record(1, parity, text)
+        assert area.tobytes() == data.tobytes()           # what set_fingerprint wrote for rank 1
+        agreed = ctrl.fingerprint_areas(parity, data.size).tobytes() == data.tobytes() * n
+        assert agreed == ctrl.fingerprints_equal(seq) == (seq != 2)
+    ctrl.set_fingerprint(2, 5, text + ", root=0")         # longer: its length byte differs
+    for r in (0, 1, 3):
+        ctrl.set_fingerprint(r, 5, text)
+    _, data = ctrl.fingerprint_record(0, 1, text)
+    assert ctrl.fingerprint_areas(1, data.size).tobytes() != data.tobytes() * n
+    assert not ctrl.fingerprints_equal(5)
