@@ -4,7 +4,8 @@ Every rank copies its input into its staging area for the call's sequence parity
 publishes its fingerprint, arrives at the node barrier; after it every rank computes its own result
 from all the stages. Run by cards (``_staged`` in ``hccl/card/collective.py``) or by a rank's own process
 (``hccl/hostpath.py``) — both follow exactly this protocol on the same block, so they interoperate. Across
-nodes the same computation runs on inputs exchanged through the hub (``combine_stages``).
+nodes a small collective is one round through the groups' leaders instead (``hccl/transport/direct.py``:
+one partial sum per group for a reduction); ``fits_stage`` decides, alike on every rank.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numpy as np
 from ..types import hccl_np_dtype, reduce_ufunc
 from .ctrlblock import ARRIVED, STAGE_BYTES, ControlBlock
 
-HUB_STAGE_BYTES = 1 << 20                      # across nodes: all inputs of a small collective, through the hub
+HUB_STAGE_BYTES = 1 << 20                      # across nodes: the most one frame of a small collective carries
 STAGED = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier")
 
 
@@ -24,13 +25,23 @@ def staged_bytes(op: str, p: dict, n: int, dtype) -> int:
     return c * n if op in ("reduce_scatter", "scatter", "all_to_all") else c
 
 
+def hub_frame_bytes(op: str, nbytes: int, n: int) -> int:
+    """Bytes of the largest frame of a small collective across nodes (``hccl/transport/direct.py``), given
+    ``nbytes`` staged per rank: a reduction sends one partial sum of a rank's size each way, a broadcast or
+    scatter the root's input alone; all_gather and all_to_all carry every rank's input."""
+    return nbytes * n if op in ("all_gather", "all_to_all") else nbytes
+
+
 def fits_stage(op: str, p: dict, n: int, across_nodes: bool = False) -> bool:
-    """A collective the staged path runs: a staged op, no HCCL_ALGO, input ≤ STAGE_BYTES per rank on one
-    node; across nodes (one hub exchange) all ranks' inputs together ≤ HUB_STAGE_BYTES."""
+    """A collective the staged path runs: a staged op, no HCCL_ALGO, input ≤ STAGE_BYTES per rank; across
+    nodes (one round through the groups' leaders) also its largest frame ≤ HUB_STAGE_BYTES — so an all_reduce
+    of up to 256 KiB a rank takes one round at any world size, an all_gather only while all inputs fit 1 MiB."""
     if op not in STAGED or p.get("algo"):
         return False
     nbytes = staged_bytes(op, p, n, hccl_np_dtype(p["dtype"]))
-    return nbytes * n <= HUB_STAGE_BYTES if across_nodes else nbytes <= STAGE_BYTES
+    if nbytes > STAGE_BYTES:
+        return False
+    return not across_nodes or hub_frame_bytes(op, nbytes, n) <= HUB_STAGE_BYTES
 
 
 def stage_source(op: str, p: dict, rank: int) -> str | None:

@@ -31,6 +31,23 @@ def card_wait() -> float:
     return float(os.environ.get("NPUSIM_CARD_WAIT", "60"))
 
 
+class Backoff:
+    """Sleeps between looks for a card that is still booting: 1 ms at first (a card already up is found at
+    once), growing by half each time to at most MAX_PAUSE — while a large world boots on a few cores, hundreds
+    of ranks looking every few milliseconds would take CPU from the very cards they wait for. (No inotify:
+    the stdlib has none, and its per-user instance limit, often 128, is below the ranks of a large world.)"""
+
+    FIRST_PAUSE, MAX_PAUSE = 0.001, 0.1
+
+    def __init__(self):
+        self.pause = self.FIRST_PAUSE
+
+    def sleep(self, deadline: float) -> None:
+        """Sleep the next pause, never past ``deadline`` (time.monotonic())."""
+        time.sleep(max(0.0, min(self.pause, deadline - time.monotonic())))
+        self.pause = min(self.pause * 1.5, self.MAX_PAUSE)
+
+
 class LocalCards:
     """Every card an object of this process, created on first use."""
 
@@ -85,22 +102,24 @@ class SocketDirCards:
         # Under launch the cards boot while the ranks start: give the card a bounded moment to appear.
         wait = card_wait()
         deadline = time.monotonic() + (wait if os.path.isdir(self.dir) else 0)
+        pause = Backoff()
         while not os.path.exists(path):
             if time.monotonic() >= deadline:
                 raise AclError(E.ACL_ERROR_RT_NO_DEVICE,
                                f"card {index} of node {self.node} is not running (no socket at {path} after "
                                f"{wait:g} s; did the job end or the card fail to start?)")
-            time.sleep(0.02)
+            pause.sleep(deadline)
         if self._key is None:                   # once per card set: the directory's check and its key
             self._check_dir()
             self._key = card_key(self.dir)
+        pause = Backoff()
         while True:
             try:
                 return SocketTransport(path, on_message, on_close, key=self._key)
             except ConnectionRefusedError:      # bound but not listening yet
                 if time.monotonic() >= deadline:
                     raise
-                time.sleep(0.02)
+                pause.sleep(deadline)
 
     def _check_dir(self) -> None:
         """The socket directory must be ours and private (not a squatter's, not a link): the key is read there."""
