@@ -23,9 +23,10 @@ def main() -> None:
     print(f"rank {r} node {os.environ['NPUSIM_NODE']} card {info.physical_id} algo_nodes "
           f"{len({m[0] for m in comm.members})}", flush=True)
     stream = rt.create_stream()
-    # 1003 elements: small enough to go through the hub in one exchange when the communicator spans
-    # nodes; 20011: through the schedules (hierarchical across nodes), every step checked the same way.
-    for count, tag in ((1003, "small"), (20011, "large")):
+    # 1003 elements: small enough for one round between the nodes' leaders when the communicator spans
+    # nodes; 40009 (313 KiB a rank, over the 256 KiB one-round limit): through the schedules (hierarchical
+    # across nodes), every step checked the same way.
+    for count, tag in ((1003, "small"), (40009, "large")):
         collectives(comm, stream, r, n, count, tag)
     sweep(comm, stream, r, n)
     mismatch(comm, stream, r)
