@@ -22,6 +22,12 @@ from ..wire import client as wire_client
 
 CARD_QUERY_TIMEOUT = 2.0        # seconds a dump waits for a card's task log
 FORMAT = 1
+# A collective's ring entry is a list (built on every call, it must be cheap; every other entry is a dict): its
+# slots, in order. "placed" is False while the host is in the call, True once the call went to a stream task,
+# HOST_DONE once it completed in this process (the host path).
+CALL_SLOTS = ("id", "kind", "op", "client", "stream", "task", "site", "t_enq", "group", "p", "b", "calls", "seq",
+              "placed", "t_end")
+HOST_DONE = "completed"
 
 
 def card_logs(rec) -> dict:
@@ -76,7 +82,7 @@ def snapshot(rec, reason: str) -> dict:
             if "algo" in note:
                 e["algo_used"] = note["algo"]
             continue
-        submitted, done = progress.get(f"{e['card']}/{e['stream']}", [None, None])
+        _, done = progress.get(f"{e['card']}/{e['stream']}", [None, None])
         if done is not None and done >= e["task"]:
             e["state"] = "finished"          # the card got past it; whether it failed, its log no longer says
         else:
@@ -93,13 +99,28 @@ def site_text(site) -> str:
     """"/path/common.py:17 < /path/train.py:40" of a :meth:`Recorder.site` tuple."""
     if site is None:
         return "?"
-    code, line, up, up_line = site
-    here = f"{code.co_filename}:{line}"
-    return f"{here} < {up.co_filename}:{up_line}" if up is not None and up.co_filename[0] != "<" else here
+    code, offset, up, up_offset = site
+    here = f"{code.co_filename}:{line_of(code, offset)}"
+    return f"{here} < {up.co_filename}:{line_of(up, up_offset)}" if up is not None and up.co_filename[0] != "<" \
+        else here
 
 
-def _expand(e: dict) -> dict:
+def line_of(code, offset: int):
+    """The source line of the instruction at byte ``offset`` of ``code`` (what a frame's ``f_lineno`` says when
+    its ``f_lasti`` is ``offset``)."""
+    line = code.co_firstlineno
+    for start, end, number in code.co_lines():
+        if start <= offset < end:
+            return number if number is not None else line
+        if number is not None:
+            line = number
+    return line
+
+
+def _expand(e) -> dict:
     """A ring entry as the dump shows it (plain JSON values); a collective's fields are its package's."""
+    if isinstance(e, list):
+        return _expand_call(e)
     out = dict(e)
     out["card"] = getattr(out.pop("client"), "name", "?")
     out["site"] = site_text(e.get("site"))
@@ -107,6 +128,19 @@ def _expand(e: dict) -> dict:
     group, params, buffers = out.pop("group", None), out.pop("p", None), out.pop("b", None)
     if calls is not None:
         out.update(calls.fields(e["kind"], group, params, buffers))
+    return out
+
+
+def _expand_call(e: list) -> dict:
+    """A collective's entry (``CALL_SLOTS``) as the dump shows it."""
+    n, kind, op, client, stream, task, site, t_enq, group, params, buffers, calls, seq, placed, t_end = e
+    out = {"id": n, "kind": kind, "op": op, "card": getattr(client, "name", "?"), "stream": stream, "task": task,
+           "site": site_text(site), "t_enq": t_enq, "placed": placed is not False}
+    if seq is not None:
+        out["seq"] = seq
+    if placed == HOST_DONE:
+        out.update(state="completed", t_end=t_end, algo_used="staged (host path)")
+    out.update(calls.fields(kind, group, params, buffers))
     return out
 
 

@@ -91,18 +91,20 @@ class Recorder(Observer):
             self._inside = {}
 
     # -- recording (hot path: keep it lean) --------------------------------------------------------
-    def site(self, depth: int = 6):
+    def site(self, depth: int = 5):
         """The innermost frame outside npusim (and torch) — the user's call — and the user frame that called it
-        (a helper's caller is usually the line a user looks for): ``(code, line, code, line)``, formatted only
-        when dumped (:func:`dumps.site_text`). ``depth`` is where the user's frame is when the public function
-        was called directly (site, _entry, the recorder's handler, the seam, the internal caller, the public
-        function): going there in one step materialises one frame object instead of every one on the way, which
-        is most of the recorder's cost per call; a deeper call (a wrapper, torch) is walked out from there.
-        Whether a code object is npusim's own is decided once per code object (``_classify``)."""
+        (a helper's caller is usually the line a user looks for): ``(code, offset, code, offset)``, the offsets
+        those frames' last instructions (``f_lasti``), turned into lines only when dumped
+        (:func:`dumps.site_text`: a frame's ``f_lineno`` searches its code's line table on every read).
+        ``depth`` is where the user's frame is when the public function was called directly and the seam called
+        the recorder directly (site, _entry, the recorder's handler, the internal caller, the public function):
+        going there in one step materialises one frame object instead of every one on the way; a deeper call
+        (the seam's loop when several observers watch, a wrapper, torch) is walked out from there. Whether a
+        code object is npusim's own is decided once per code object (``_classify``)."""
         try:
             f = sys._getframe(depth)
-        except ValueError:
-            f = sys._getframe(3)
+        except ValueError:                  # called near the top of a thread's stack
+            f = sys._getframe(1)
         inside = self._inside
         while f is not None:
             code = f.f_code
@@ -115,12 +117,12 @@ class Recorder(Observer):
             return None
         up = f.f_back
         if up is not None:
-            code = up.f_code
-            known = inside.get(id(code))
-            own = known[1] if known is not None and known[0] is code else self._classify(code)
+            up_code = up.f_code
+            known = inside.get(id(up_code))
+            own = known[1] if known is not None and known[0] is up_code else self._classify(up_code)
             if not own:
-                return (f.f_code, f.f_lineno, code, up.f_lineno)
-        return (f.f_code, f.f_lineno, None, 0)
+                return (code, f.f_lasti, up_code, up.f_lasti)
+        return (code, f.f_lasti, None, 0)
 
     def _classify(self, code) -> bool:
         """Whether ``code`` is npusim's (or torch's) own, remembered by the code object's id — a code object's
@@ -167,7 +169,7 @@ class Recorder(Observer):
                 except NpuError:
                     pass
 
-    def _entry(self, kind, op, client, stream_id, task, depth: int = 6) -> dict | None:
+    def _entry(self, kind, op, client, stream_id, task, depth: int = 5) -> dict | None:
         if not self.configured:
             self.configure()
         if not self.watching:
@@ -181,43 +183,41 @@ class Recorder(Observer):
         return e
 
     # -- the seam's events --------------------------------------------------------------------------
-    def collective(self, st, kind, label, seq, group, params, buffers, calls) -> dict | None:
+    def collective(self, st, kind, label, seq, group, params, buffers, calls) -> list | None:
         """A collective as it is called (state "in the call" until :meth:`placed`). Kept cheap (the hot path of
-        every collective): the call's parameters are referenced, not copied, and expanded by its package
-        (``calls.fields``) only when dumped; the entry is built in one step (what ``_entry`` does, inlined)."""
+        every collective): the entry is a list (``dumps.CALL_SLOTS``; a dict costs six times as much to build and
+        to free), the call's parameters are referenced, not copied, and expanded by its package
+        (``calls.fields``) only when dumped."""
         if not self.configured:
             self.configure()
-        if not self.watching:
-            return None
+            if not self.watching:
+                return None
         client = st.ctx.client
         if id(client) not in self.clients:
             self._client(client)
-        self.last_id = n = next(self._ids)
-        e = {"id": n, "kind": kind, "op": label, "client": client, "stream": st.id, "task": None,
-             "site": self.site(5), "t_enq": time.monotonic_ns(), "group": group, "p": params, "b": buffers,
-             "calls": calls, "placed": False}
-        if seq is not None:
-            e["seq"] = seq
-        self.entries.append(e)
         if self.rank is None:
             self.rank = group.rank
+        self.last_id = n = next(self._ids)
+        e = [n, kind, label, client, st.id, None, self.site(4), time.monotonic_ns(), group, params, buffers, calls,
+             seq, False, 0]
+        self.entries.append(e)
         return e
 
-    def placed(self, entry: dict, task: int | None, on_host: bool = False) -> None:
+    @staticmethod
+    def placed(entry: list, task: int | None, on_host: bool = False) -> None:
         """The call returned: it went to stream task ``task``, or ran to completion in this process."""
-        entry["placed"] = True
         if on_host:
-            entry["state"], entry["t_end"], entry["algo_used"] = "completed", time.monotonic_ns(), "staged (host path)"
+            entry[13], entry[14] = dumps.HOST_DONE, time.monotonic_ns()
         else:
-            entry["task"] = task
+            entry[13], entry[5] = True, task
 
     def event_recorded(self, st, ev, task) -> None:
-        e = self._entry("event", "record_event", st.ctx.client, st.id, task, depth=5)
+        e = self._entry("event", "record_event", st.ctx.client, st.id, task, depth=4)
         if e is not None:
             e["event"], e["gen"] = ev.id, ev.gen
 
     def event_waited(self, st, ev, task) -> None:
-        e = self._entry("event", "stream_wait_event", st.ctx.client, st.id, task, depth=5)
+        e = self._entry("event", "stream_wait_event", st.ctx.client, st.id, task, depth=4)
         if e is not None:
             e["event"], e["gen"], e["event_card"] = ev.id, ev.gen, ev.ctx.name
 

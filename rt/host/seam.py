@@ -6,7 +6,7 @@ flight recorder, the race detector, fault injection (``rt/diag/``) — subclass 
 events they watch and :meth:`Seam.register` themselves; the seam calls, for each event, only the observers that
 override it, in their ``order``, and skips one whose ``watching`` is False. An observer that changes
 ``watching`` calls :meth:`Seam.refresh`, so that with nothing watching an event costs the emitter one attribute
-check. Range lists cost an allocation per call, so their emitters check ``SEAM.accesses`` instead (some
+check, and an event one observer watches is a direct call of that observer's method. Range lists cost an allocation per call, so their emitters check ``SEAM.accesses`` instead (some
 watching observer takes ``enqueued`` or ``host_access``: the race detector).
 
 Accesses are ``(kind, address, nbytes)`` ranges, kind ``"dev"`` (device memory) or ``"host"``. A collective
@@ -116,9 +116,24 @@ class Seam:
         self.refresh()
 
     def refresh(self) -> None:
-        """An observer's ``watching`` changed."""
+        """An observer's ``watching`` changed: recompute the emitters' checks and each event's dispatch. An event
+        that one watching observer takes goes straight to that observer's method (no loop, no ``watching``
+        checks: with only the flight recorder on, a collective costs its entry and nothing more); one that no
+        watching observer takes does nothing; otherwise the loop below runs."""
         self.on = any(o.watching for o in self.observers)
         self.accesses = any(o.watching for o in self._enqueued + self._host_access)
+        for event in _EVENTS[1:]:                       # "starting" goes to every observer, watching or not
+            takers = [o for o in getattr(self, f"_{event}") if o.watching]
+            if len(takers) == 1:
+                setattr(self, event, getattr(takers[0], event))
+            elif takers:
+                self.__dict__.pop(event, None)          # the class's method: every taker, in order
+            else:
+                setattr(self, event, getattr(_IDLE, event))     # the base class's: does nothing
+        for end in ("waited", "placed"):                # the one observer that follows calls to their end
+            follower = getattr(self, f"_{end}")
+            if follower is not None:
+                setattr(self, end, getattr(follower, end))
 
     # -- events (see Observer) -------------------------------------------------------------------------
     def starting(self) -> None:
@@ -211,6 +226,7 @@ def _overrides(observer: Observer, event: str) -> bool:
     return getattr(type(observer), event) is not getattr(Observer, event)
 
 
+_IDLE = Observer()           # its events, which do nothing, are those of the events no watching observer takes
 SEAM = Seam()
 
 
