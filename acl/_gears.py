@@ -10,6 +10,7 @@ as its largest gear's, so a program can ``malloc`` it once (the card's desc repo
 from __future__ import annotations
 
 from rt.constants import DataType
+from rt.errors import AclError
 from rt.mdl import api as mdl_api
 from rt.mdl.shapes import gear_shapes as profile_shapes
 
@@ -18,7 +19,10 @@ MBATCH = "ascend_mbatch_shape_data"          # CANN's virtual input of a gear mo
 
 def model_def(model_id, call: str):
     """The loaded model's definition without its weight bytes (rt's host-side copy)."""
-    return mdl_api._model(model_id, call).shapes          # rt keeps it host-side for exactly such questions
+    try:
+        return mdl_api.get_model_def(model_id)          # rt keeps it host-side for exactly such questions
+    except AclError as e:
+        raise AclError(e.code, f"{call}: model id {model_id!r} is not loaded in this process") from None
 
 
 def kind(model) -> str | None:

@@ -117,6 +117,12 @@ def _model(model_id, what: str) -> _HostModel:
     return m
 
 
+def get_model_def(model_id: int) -> fmt.ModelDef:
+    """The loaded model's graph and value infos without its weight bytes (kept host-side for shape questions:
+    gears, dynamic dims, sizes); AclError 100011 if ``model_id`` is not loaded in this process."""
+    return _model(model_id, "get_model_def").shapes
+
+
 def unload(model_id: int) -> None:
     """Unload the model and free its weights on the card."""
     m = _model(model_id, "unload")
@@ -237,7 +243,8 @@ __all__ = [
     "destroy_data_buffer", "destroy_dataset", "execute", "execute_async", "get_cur_output_dims",
     "get_data_buffer_addr", "get_data_buffer_size", "get_data_buffer_size_v2", "get_dataset_buffer",
     "get_dataset_num_buffers", "get_desc", "get_input_data_type", "get_input_dims", "get_input_format",
-    "get_input_index_by_name", "get_input_name_by_index", "get_input_size_by_index", "get_num_inputs",
+    "get_input_index_by_name", "get_input_name_by_index", "get_input_size_by_index", "get_model_def",
+    "get_num_inputs",
     "get_num_outputs", "get_output_data_type", "get_output_dims", "get_output_format",
     "get_output_index_by_name", "get_output_name_by_index", "get_output_size_by_index", "load_from_file",
     "load_from_mem", "set_dynamic_batch_size", "set_input_dynamic_dims", "unload", "update_data_buffer",
