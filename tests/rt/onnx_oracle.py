@@ -1,4 +1,4 @@
-"""Shared by the test_kernels_onnx* files: running one card kernel on numpy arrays, checking AclErrors,
+"""Shared by test_kernels.py and the test_kernels_onnx* files: running one card kernel on numpy arrays, checking AclErrors,
 and the onnxruntime oracle (one ONNX node in a model, constant parameters as initializers)."""
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def spec_of(op, shapes_dtypes, **attrs):
 
 
 def fails(code, *fragments):
+    """pytest.raises(AclError) that also checks the code and pieces of the message."""
     class _Check:
         def __enter__(self):
             self.ctx = pytest.raises(AclError)

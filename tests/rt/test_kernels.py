@@ -4,14 +4,18 @@ inference with dynamic dims, and every error path. Pure numpy: no Ray, no card."
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from rt.dtypes import BFLOAT16
-from rt.errors import AclError
 from rt.kernels import registry
 from rt.kernels.registry import TensorSpec
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from onnx_oracle import fails  # the helper next to this file
 
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
 FLOATS = [F16, BFLOAT16, F32, F64]
@@ -52,23 +56,6 @@ def close(got, want, dtype):
     else:
         tol = TOL[dtype]
         np.testing.assert_allclose(got.astype(F64), want, rtol=tol, atol=tol)
-
-
-def fails(code, *fragments):
-    """pytest.raises(AclError) that also checks the code and pieces of the message."""
-    class _Check:
-        def __enter__(self):
-            self.ctx = pytest.raises(AclError)
-            self.info = self.ctx.__enter__()
-            return self.info
-
-        def __exit__(self, *exc):
-            swallowed = self.ctx.__exit__(*exc)
-            assert self.info.value.code == code, self.info.value
-            for fragment in fragments:
-                assert fragment in self.info.value.message, (fragment, self.info.value.message)
-            return swallowed
-    return _Check()
 
 
 @pytest.fixture
@@ -688,7 +675,7 @@ def fake_card(monkeypatch):
         launches.append((op, stream))
         registry.get_op(op).compute([t.array for t in inputs], [t.array for t in outputs], attrs)
 
-    import rt.host.ops as host_ops      # what rt.ops calls to allocate outputs and launch
+    import rt.host.ops as host_ops  # what rt.ops calls to allocate outputs and launch
     monkeypatch.setattr(host_ops, "empty", lambda shape, dtype: FakeTensor(np.zeros(shape, dtype)))
     monkeypatch.setattr(host_ops, "launch_kernel", launch_kernel)
     return launches
