@@ -184,16 +184,20 @@ class ProcessGroupHCCL(dist.ProcessGroup):
             fail("output tensor must have the same type as input tensor", PARAM)
         return self._submit("all_gather", [outs], lambda pg, ex: run.all_gather(pg, ex, inp, outs))
 
-    @npu_only
-    def _allgather_base(self, output, input, opts=None) -> Work:
+    def _gather_pair(self, output, input):
+        """``all_gather_into_tensor``'s checks; the input and rank r's block of the output (row r, a view)."""
         if input.dtype != output.dtype:
             fail("output tensor must have the same type as input tensor", PARAM)
         if input.numel() * self._size != output.numel():
             fail("output tensor size must be equal to world_size times input tensor size", PARAM)
         inp, out = checks.one_per_process([input]), checks.one_per_process([output])
         checks.dtype(inp)
-        blocks = list(out.reshape(self._size, inp.numel()).unbind(0))    # rank r's block is row r (a view)
-        return self._submit("all_gather_into_tensor", [out], lambda pg, ex: run.all_gather(pg, ex, inp, blocks))
+        return inp, list(out.reshape(self._size, inp.numel()).unbind(0))
+
+    @npu_only
+    def _allgather_base(self, output, input, opts=None) -> Work:
+        inp, blocks = self._gather_pair(output, input)
+        return self._submit("all_gather_into_tensor", [output], lambda pg, ex: run.all_gather(pg, ex, inp, blocks))
 
     all_gather_single = _allgather_base
 
@@ -202,15 +206,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         """``_coalescing_manager``'s all_gather_into_tensor of several pairs: one ``Work`` for all of them."""
         if len(outputs) != len(inputs):
             fail("Tensor list operands to allgather_into_tensor_coalesced must have the same length", PARAM)
-        pairs = []
-        for output, input in zip(outputs, inputs):
-            if input.dtype != output.dtype:
-                fail("output tensor must have the same type as input tensor", PARAM)
-            if input.numel() * self._size != output.numel():
-                fail("output tensor size must be equal to world_size times input tensor size", PARAM)
-            inp, out = checks.one_per_process([input]), checks.one_per_process([output])
-            checks.dtype(inp)
-            pairs.append((inp, list(out.reshape(self._size, inp.numel()).unbind(0))))
+        pairs = [self._gather_pair(output, input) for output, input in zip(outputs, inputs)]
 
         def all_of_them(pg, ex):
             for inp, blocks in pairs:
@@ -248,16 +244,21 @@ class ProcessGroupHCCL(dist.ProcessGroup):
                  f"{ins[self._rank].numel()}", PARAM)
         return self._submit("reduce_scatter", [out], lambda pg, ex: run.reduce_scatter(pg, ex, ins, out, rop))
 
-    @npu_only
-    def _reduce_scatter_base(self, output, input, opts=None) -> Work:
-        inp, rop = checks.single(input), _rop(opts)
+    def _scatter_pair(self, output, input, rop, function: str):
+        """``reduce_scatter_tensor``'s checks; rank r's block of the input (row r, a view) and the output."""
+        inp = checks.single(input)
         if input.dtype != output.dtype:
             fail("input tensor must be the same type as the output tensor.", TYPE)
         if input.numel() != output.numel() * self._size:
             fail("input tensor must be the same size as output size times world size", PARAM)
         out = checks.single(output)
-        self._reducible_rs(inp, out, rop, "_reduce_scatter_base")
-        blocks = list(inp.reshape(self._size, out.numel()).unbind(0))     # rank r's block is row r
+        self._reducible_rs(inp, out, rop, function)
+        return list(inp.reshape(self._size, out.numel()).unbind(0)), out
+
+    @npu_only
+    def _reduce_scatter_base(self, output, input, opts=None) -> Work:
+        rop = _rop(opts)
+        blocks, out = self._scatter_pair(output, input, rop, "_reduce_scatter_base")
         return self._submit("reduce_scatter_tensor", [out],
                             lambda pg, ex: run.reduce_scatter(pg, ex, blocks, out, rop))
 
@@ -269,16 +270,8 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         rop = _rop(opts)
         if len(outputs) != len(inputs):
             fail("Tensor list operands to reduce_scatter_tensor_coalesced must have the same length", PARAM)
-        pairs = []
-        for output, input in zip(outputs, inputs):
-            inp = checks.single(input)
-            if input.dtype != output.dtype:
-                fail("input tensor must be the same type as the output tensor.", TYPE)
-            if input.numel() != output.numel() * self._size:
-                fail("input tensor must be the same size as output size times world size", PARAM)
-            out = checks.single(output)
-            self._reducible_rs(inp, out, rop, "reduce_scatter_tensor_coalesced")
-            pairs.append((list(inp.reshape(self._size, out.numel()).unbind(0)), out))
+        pairs = [self._scatter_pair(output, input, rop, "reduce_scatter_tensor_coalesced")
+                 for output, input in zip(outputs, inputs)]
 
         def all_of_them(pg, ex):
             for blocks, out in pairs:
