@@ -46,3 +46,17 @@ class HcclError(NpuError):
 def hccl_para(message: str) -> HcclError:
     """The error of a bad argument to an HCCL call (HCCL_E_PARA): the ``error=`` of ``rt.args``' checks."""
     return HcclError(1, message)
+
+
+def who_called(fps: dict) -> str:
+    """'ranks 0-2 called X; rank 3 called Y' from ``{call: [ranks]}`` (ascending within each call, calls in the
+    order of their lowest rank): how a mismatch between ranks is told."""
+    out = []
+    for fp, ranks in sorted(fps.items(), key=lambda kv: min(kv[1])):
+        ranks = sorted(ranks)
+        if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+            who = f"ranks {ranks[0]}-{ranks[-1]}"
+        else:
+            who = ("ranks " if len(ranks) > 1 else "rank ") + ",".join(map(str, ranks))
+        out.append(f"{who} called {fp}")
+    return "; ".join(out)

@@ -17,7 +17,7 @@ import numpy as np
 
 from rt.card.queues import annotate, current_note
 
-from ..errors import HcclError
+from ..errors import HcclError, who_called
 from ..protocol.ctrlblock import ARRIVED, BUF0, CARD, DONE, V_RCOUNT, V_SCOUNT, V_SDISPL
 from ..protocol.staged import fits_stage, stage_agrees, stage_in, stage_out, stage_source
 from ..types import HcclResult, apply_reduce, hccl_np_dtype
@@ -205,15 +205,8 @@ class _RemoteArrays(dict):
 
 
 def _group(fps: list[str]) -> str:
-    """'ranks 0-2 called X; rank 3 called Y'."""
+    """'ranks 0-2 called X; rank 3 called Y' from every rank's fingerprint, in rank order."""
     by: dict[str, list[int]] = {}
     for r, fp in enumerate(fps):
         by.setdefault(fp, []).append(r)
-    parts = []
-    for fp, ranks in by.items():
-        if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
-            who = f"ranks {ranks[0]}-{ranks[-1]}"
-        else:
-            who = ("ranks " if len(ranks) > 1 else "rank ") + ",".join(map(str, ranks))
-        parts.append(f"{who} called {fp}")
-    return "; ".join(parts)
+    return who_called(by)

@@ -23,7 +23,7 @@ import weakref
 
 import numpy as np
 
-from ..errors import HcclError
+from ..errors import HcclError, who_called
 from ..types import HcclResult, hccl_np_dtype, reduce_ufunc
 from .link import LinkClosed, LinkServer
 
@@ -107,19 +107,6 @@ def finish(total: Partial, spec: dict | None, n: int) -> Partial:
     if op in ("broadcast", "scatter"):
         return Partial(total.fps, total.done, total.parts.get(spec["root"], b""))
     return total
-
-
-def grouped(fps: dict) -> str:
-    """'ranks 0-2 called X; rank 3 called Y' (ranks ascending within each call)."""
-    out = []
-    for fp, ranks in sorted(fps.items(), key=lambda kv: min(kv[1])):
-        ranks = sorted(ranks)
-        if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
-            who = f"ranks {ranks[0]}-{ranks[-1]}"
-        else:
-            who = ("ranks " if len(ranks) > 1 else "rank ") + ",".join(map(str, ranks))
-        out.append(f"{who} called {fp}")
-    return "; ".join(out)
 
 
 class _Round:
@@ -321,7 +308,7 @@ class DirectHub:
             item = Partial({fingerprint: [rank]}, {rank: done}, parts={rank: bytes(data)})
         total = self.group.round(rank, seq, item, spec, what, timeout)
         if len(total.fps) > 1:
-            return f"ranks called different collectives: {grouped(total.fps)}"
+            return f"ranks called different collectives: {who_called(total.fps)}"
         if out is None or op == "barrier":
             return None
         size = p["count"] * hccl_np_dtype(p["dtype"]).itemsize

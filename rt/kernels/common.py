@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -36,6 +36,17 @@ MAX_INPUTS = 1 << 16  # Concat's "N inputs": effectively unbounded, but still a 
 def invalid(op: str, message: str) -> AclError:
     """ACL_ERROR_INVALID_PARAM (100000) for a bad shape, attribute or index of ``op``."""
     return AclError(AclErrorCode.ACL_ERROR_INVALID_PARAM, f"{op}: {message}")
+
+
+def wrap_indices(op: str, indices: np.ndarray, dim: int, axis: int) -> np.ndarray:
+    """``indices`` into an axis of size ``dim`` with negative ones counted from the end; an index outside
+    ``[-dim, dim)`` is refused naming it, its position and the axis."""
+    bad = (indices < -dim) | (indices >= dim)
+    if bad.any():
+        pos = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise invalid(op, f"index {int(indices[pos])} at position {pos} of indices is out of range for axis {axis} "
+                          f"of size {dim} (expected {-dim} <= index < {dim})")
+    return np.where(indices < 0, indices + dim, indices)
 
 
 def unsupported(op: str, message: str) -> AclError:

@@ -32,6 +32,7 @@ from .common import (
     norm_axis,
     unsupported,
     wide,
+    wrap_indices,
 )
 from .opdef import TensorSpec
 
@@ -255,13 +256,7 @@ def _gather_elements_compute(inputs, outputs, attrs):
     negative indices count from the end."""
     data, indices = inputs
     axis = norm_axis("GatherElements", attr_int("GatherElements", attrs, "axis", 0), data.ndim)
-    dim = data.shape[axis]
-    bad = (indices < -dim) | (indices >= dim)
-    if bad.any():
-        pos = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise invalid("GatherElements", f"index {int(indices[pos])} at position {pos} is out of range for axis "
-                                        f"{axis} of size {dim}")
-    idx = np.where(indices < 0, indices + dim, indices).astype(np.intp)
+    idx = wrap_indices("GatherElements", indices, data.shape[axis], axis).astype(np.intp)
     sub = data[tuple(slice(0, n) if i != axis else slice(None) for i, n in enumerate(indices.shape))]
     outputs[0][...] = np.take_along_axis(sub, idx, axis=axis)
 

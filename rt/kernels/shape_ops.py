@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from .common import (ALL, INDEX, MAX_INPUTS, attr_int, attr_ints, check_dtype, define, invalid, known,
-                     norm_axes, norm_axis, same_dtype)
+                     norm_axes, norm_axis, same_dtype, wrap_indices)
 from .opdef import TensorSpec
 
 
@@ -250,13 +250,7 @@ def _gather_compute(inputs, outputs, attrs):
     """output = data indexed along ``axis`` by ``indices`` (negative indices count from the end)."""
     data, indices = inputs
     axis = norm_axis("Gather", attr_int("Gather", attrs, "axis", 0), data.ndim)
-    dim = data.shape[axis]
-    bad = (indices < -dim) | (indices >= dim)
-    if bad.any():
-        pos = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise invalid("Gather", f"index {int(indices[pos])} at position {pos} of indices is out of range for "
-                                f"axis {axis} of size {dim} (expected {-dim} <= index < {dim})")
-    np.take(data, np.where(indices < 0, indices + dim, indices), axis=axis, out=outputs[0])
+    np.take(data, wrap_indices("Gather", indices, data.shape[axis], axis), axis=axis, out=outputs[0])
 
 
 define("Gather", "gather", _gather_infer, _gather_compute, attrs=("axis",), min_inputs=2)
