@@ -23,6 +23,7 @@ import msgpack
 
 _HEAD = struct.Struct("!IQ")          # header bytes, payload bytes
 TOKEN_BYTES = 16
+TOKEN_WAIT = 10.0                    # seconds a new connection has to present the token
 MAX_HEADER = 16 << 20
 
 
@@ -85,8 +86,10 @@ class LinkServer:
     def _read(self, conn: socket.socket) -> None:
         try:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.settimeout(TOKEN_WAIT)      # a client that connects and says nothing does not hold a thread forever
             if not hmac.compare_digest(_recv_exact(conn, TOKEN_BYTES), self.token):
                 return
+            conn.settimeout(None)            # then frames come whenever a collective sends one
             while True:
                 hlen, plen = _HEAD.unpack(_recv_exact(conn, _HEAD.size))
                 if hlen > MAX_HEADER:

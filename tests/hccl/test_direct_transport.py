@@ -142,3 +142,14 @@ def test_a_rank_whose_process_died_fails_every_rank_at_once(links):
     for r in range(4):
         assert isinstance(got[r], HcclError) and got[r].code == HcclResult.HCCL_E_REMOTE, got[r]
         assert got[r].message == f"barrier #1 (rank {r}): EI0002 rank 4 (node 1) is gone: its process exited"
+
+
+def test_a_connection_that_never_presents_the_token_is_closed(links, monkeypatch):
+    import socket
+
+    from hccl.transport import link
+    monkeypatch.setattr(link, "TOKEN_WAIT", 0.2)
+    host, port, _ = links[0].address
+    with socket.create_connection((host, port), timeout=10) as silent:
+        silent.settimeout(10)
+        assert silent.recv(1) == b""          # the server gave up on it (without TOKEN_WAIT: blocks, then times out)
