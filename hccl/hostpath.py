@@ -18,7 +18,7 @@ exactly as on the card path. ``NPUSIM_HCCL_HOST_PATH=0`` turns the host path off
 A call costs one pass of Python over prepared state: per call signature (``handle.Call``) the views of its
 buffers, its stage areas and its fingerprint bytes are computed once (``Prepared``; views again only when the
 context forgot an allocation), a reduction is one ufunc call over every rank's stage, the phase wakes its
-sleepers once, and waiters sleep at once when ranks outnumber cores (``protocol/ctrlblock.py``).
+sleepers once, and a waiter yields its core before it sleeps only while that pays (``protocol/ctrlblock.py``).
 
 Only communicators with one rank in this process use it (a process driving several ranks from one
 thread, as ``comm_init_all`` does, must never block in one rank's call), and only buffers this process
@@ -191,7 +191,7 @@ class HostPath:
             phases = ctrl.phase_words
             if min(phases) < target:
                 try:
-                    wait_until(lambda: min(phases) >= target, timeout=self.wait, spins=ctrl.spins,
+                    wait_until(lambda: min(phases) >= target, timeout=self.wait,
                                sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
                 except WaitAbort:
                     return self._hand_over(client, stream, seq, call, params, target)

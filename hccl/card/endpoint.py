@@ -113,7 +113,7 @@ class Endpoint:
         try:
             wait_until(arrived, timeout=self.exec_timeout,
                   check=lambda: self.check_peers([r for r in local if phases[r] < target], what),
-                  sleeper=self.sleeper, spins=self.ctrl.spins)
+                  sleeper=self.sleeper)
         except WaitAbort:
             raise HcclError(HcclResult.HCCL_E_TIMEOUT, self._missing_report(seq, what)) from None
 

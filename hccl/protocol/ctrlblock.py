@@ -5,8 +5,9 @@ Each communicator has one *control block* per node: a shared-memory array with o
 its buffers live), one mailbox per ordered rank pair for send/recv, a futex word, and per rank two
 staging areas for small collectives (``hccl/protocol/staged.py``). Rank 0's card of the node creates it on
 first request; the other cards — and rank processes using the host path — map it from a file
-descriptor. Waiting on it spins briefly when every rank of the block has a core of its own, then sleeps on
-the futex (``wait_until``); a barrier phase wakes its sleepers once, when its last rank arrives (``arrive``).
+descriptor. Waiting on it yields the core a few times first (``Spinner``: the peers waited for often run
+meanwhile, which saves a futex sleep and wake-up), then sleeps on the futex (``wait_until``); a barrier phase
+wakes its sleepers once, when its last rank arrives (``arrive``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ STAGE_BYTES = 256 << 10                        # per rank and parity: small coll
 P_SEND, P_RECV_DONE, P_SEG, P_OFF, P_SIZE, P_COUNT, P_DTYPE, V_SCOUNT, V_SDISPL, V_RCOUNT = range(10)
 PAIR_WORDS = 10
 ALIVE, HOST_GONE, CLOSED = 0, 1, 2
-SPINS = 100                    # yields before a waiter sleeps (when ranks do not outnumber cores)
+SPIN_SECONDS = 300e-6          # a waiter yields for at most this long before it sleeps
+SHORT_YIELD = 30e-6            # a yield that took longer: the core went to other work meanwhile, so sleep now
+LONG_YIELD = 1e-3              # ... longer still: something else holds the cores, stop yielding for a while
 
 
 class WaitAbort(Exception):
@@ -55,9 +58,6 @@ class ControlBlock:
         self.words = memoryview(arr[: 8 * end]).cast("B").cast("q")
         self.phase_words = self.words[PHASE: nranks * SLOT_WORDS: SLOT_WORDS]
         self.sleep_words = self.words[SLEEPING: nranks * SLOT_WORDS: SLOT_WORDS]
-        # Waiters spin (yielding) before they sleep only when every rank can have a core: with more ranks
-        # than cores a spinning waiter only takes the core from the rank it waits for.
-        self.spins = SPINS if nranks <= _cores() else 0
 
     @staticmethod
     def nbytes(nranks: int) -> int:
@@ -135,25 +135,66 @@ class ControlBlock:
         self.raw[base] = len(data)
 
 
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+class Spinner:
+    """Whether a waiter yields its core before it sleeps, and for how long (one per process).
+
+    With 8 ranks on 2 cores the ranks waited for are usually runnable on the waiter's core: yielding lets
+    them run at once, and the waiter often finds its condition met without a futex sleep and wake-up —
+    which on a VM costs an inter-processor interrupt each (a bare 8-process barrier: ≈ 45 µs yielding
+    first against ≈ 110 µs sleeping at once on this 2-core VM). A waiter yields while each yield returns
+    quickly (``SHORT_YIELD``; a slower one means the core went to work that takes a while: sleep), for at
+    most ``SPIN_SECONDS``. A yield that took more than ``LONG_YIELD`` means a process outside the job
+    holds a core: yielding to it costs its whole time slice while a sleeper would preempt it on
+    wake-up, so the process then sleeps at once for its next waits — 8, 16, … up to 4096 of them,
+    doubling while such yields keep coming, back to 8 after 5 s without one.
+    """
+
+    MAX_SKIP = 4096
+
+    def __init__(self, clock=time.perf_counter, yield_=os.sched_yield):
+        self.clock, self.yield_ = clock, yield_
+        self.skip = 0                   # waits left that sleep at once
+        self.penalty = 4
+        self.last_long = float("-inf")
+
+    def spin(self, cond) -> bool:
+        """Yield until ``cond()`` holds (True) or it is time to sleep (False)."""
+        if cond():
+            return True
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        clock = self.clock
+        then = clock()
+        end = then + SPIN_SECONDS
+        while True:
+            self.yield_()
+            if cond():
+                return True
+            now = clock()
+            took = now - then
+            if took > SHORT_YIELD or now > end:
+                if took > LONG_YIELD:
+                    if now - self.last_long > 5.0:
+                        self.penalty = 4
+                    self.penalty = self.skip = min(2 * self.penalty, self.MAX_SKIP)
+                    self.last_long = now
+                return False
+            then = now
 
 
-def wait_until(cond, *, timeout: float, check=None, sleeper=None, spins: int = SPINS) -> None:
-    """Wait until ``cond()``: yield ``spins`` times first (cheap when peers are close and have cores of their
-    own), then sleep.
+SPINNER = Spinner()
+
+
+def wait_until(cond, *, timeout: float, check=None, sleeper=None, spin: bool = True) -> None:
+    """Wait until ``cond()``: yield the core first while that pays (``Spinner``), then sleep.
 
     ``sleeper(cond, seconds)`` blocks on the control block's futex until someone changes state; without
     it the wait sleeps with a short backoff. ``check()`` runs every ~0.2 s and raises to abort (dead
     peer); on timeout raises WaitAbort. Pure spinning is avoided: 8 cards on 2 cores starve each other.
     """
-    for _ in range(spins):
-        if cond():
-            return
-        os.sched_yield()
+    if spin and SPINNER.spin(cond):
+        return
     start = time.monotonic()
     next_check = start + 0.2
     delay = 0.00005

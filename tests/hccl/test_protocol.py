@@ -87,10 +87,60 @@ def test_a_phase_wakes_its_sleepers_once_when_the_last_rank_arrives(monkeypatch)
     assert len(wakes) == 2                               # nobody asleep: never a system call
 
 
-def test_waiters_spin_only_when_every_rank_has_a_core(monkeypatch):
-    monkeypatch.setattr(ctrlblock, "_cores", lambda: 4)
-    assert block(4).spins == ctrlblock.SPINS
-    assert block(8).spins == 0
+class _Clock:
+    """A fake clock for ``Spinner``: each yield advances it by the next of ``steps`` seconds."""
+
+    def __init__(self, steps):
+        self.now, self.steps, self.yields = 100.0, list(steps), 0
+
+    def __call__(self):
+        return self.now
+
+    def yield_(self):
+        self.yields += 1
+        self.now += self.steps.pop(0) if self.steps else 1e-6
+
+
+def test_a_waiter_yields_while_yields_return_quickly_then_sleeps():
+    clock = _Clock([5e-6] * 3)
+    spinner = ctrlblock.Spinner(clock, clock.yield_)
+    met = iter([False, False, False, True])
+    assert spinner.spin(lambda: next(met)) is True and clock.yields == 3     # met while yielding
+    clock = _Clock([5e-6, 40e-6])                                           # the core went elsewhere: sleep
+    spinner = ctrlblock.Spinner(clock, clock.yield_)
+    assert spinner.spin(lambda: False) is False and clock.yields == 2 and spinner.skip == 0
+    clock = _Clock([])                                                      # never met: at most SPIN_SECONDS
+    spinner = ctrlblock.Spinner(clock, clock.yield_)
+    assert spinner.spin(lambda: False) is False
+    assert clock.yields == int(ctrlblock.SPIN_SECONDS / 1e-6) + 1
+
+
+def test_a_yield_that_loses_the_core_for_long_stops_yielding_for_a_growing_number_of_waits():
+    clock = _Clock([])
+    spinner = ctrlblock.Spinner(clock, clock.yield_)
+
+    def waits_sleeping_at_once():
+        n = 0
+        while True:
+            before = clock.yields
+            clock.steps = [1e-6]
+            spinner.spin(lambda: False)
+            if clock.yields > before:
+                return n
+            n += 1
+    for expected in (8, 16, 32):
+        clock.steps = [2e-3]                    # another process held the core for 2 ms
+        assert spinner.spin(lambda: False) is False
+        assert waits_sleeping_at_once() == expected
+    clock.now += 10.0                           # no long yield for a while: back to the shortest pause
+    clock.steps = [2e-3]
+    spinner.spin(lambda: False)
+    assert waits_sleeping_at_once() == 8
+    for _ in range(20):
+        clock.steps = [2e-3]
+        spinner.spin(lambda: False)
+        spinner.skip = 0
+    assert spinner.penalty == ctrlblock.Spinner.MAX_SKIP
 
 
 def test_a_rank_that_knows_its_call_sees_a_mismatch_as_the_full_comparison_does():
