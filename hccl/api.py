@@ -121,10 +121,14 @@ def _go(comm, known: Call) -> None:
     """One call of a checked signature: numbered, seen by the observers, run here or sent to the card."""
     st, op, buffers = known.stream, known.op, known.buffers
     seq = comm.next_seq()
-    params = dict(known.params)
-    # Seen before it runs (a rank stopped inside it is seen in it); an injected fault's card part comes back in
-    # params["fault"], and only the card can carry it out.
-    seen = SEAM.collective(st, "collective", op, seq, comm, params, buffers, CALLS) if SEAM.on else None
+    params = known.params               # the signature's own, unchanged by anyone unless copied here
+    seen = None
+    if SEAM.on:
+        # Seen before it runs (a rank stopped inside it is seen in it); an injected fault's card part comes back
+        # in params["fault"], and only the card can carry it out.
+        if SEAM.copy_params:
+            params = dict(params)
+        seen = SEAM.collective(st, "collective", op, seq, comm, params, buffers, CALLS)
     host = None if "fault" in params else comm.host_path()
     if host is not None and host.run(st, seq, known, params):
         if seen is not None:

@@ -75,6 +75,7 @@ class Faults(Observer):
     that can fire here."""
 
     order = 2                             # last: a fault may stop the process, the other observers have the call
+    adds_to_params = True                 # the card's part of a fault goes to params["fault"]
 
     def __init__(self):
         self.watching = True              # unconfigured: the first call that could inject reads the environment

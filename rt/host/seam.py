@@ -36,6 +36,7 @@ class Observer:
 
     order = 0            # observers see an event in ascending order
     watching = True      # False: skip this observer (set, then call SEAM.refresh())
+    adds_to_params = False   # its ``collective`` may add to the call's ``params``: the emitter then passes a copy
 
     def starting(self) -> None:
         """``rt.init``: read the configuration now (an error raised here fails the init); called whether or not
@@ -95,6 +96,7 @@ class Seam:
 
     def __init__(self):
         self.on = True                 # some observer is watching (the emitters' check)
+        self.copy_params = False       # a watching observer may add to a collective's params: pass it a copy
         self.accesses = False          # some watching observer wants the ranges of enqueued / host_access (the
                                        # emitters' check before they build the range lists)
         self.observers: list[Observer] = []
@@ -121,6 +123,7 @@ class Seam:
         checks: with only the flight recorder on, a collective costs its entry and nothing more); one that no
         watching observer takes does nothing; otherwise the loop below runs."""
         self.on = any(o.watching for o in self.observers)
+        self.copy_params = any(o.watching and o.adds_to_params for o in self._collective)
         self.accesses = any(o.watching for o in self._enqueued + self._host_access)
         for event in _EVENTS[1:]:                       # "starting" goes to every observer, watching or not
             takers = [o for o in getattr(self, f"_{event}") if o.watching]
