@@ -37,7 +37,8 @@ from rt.wire.segment import close_fds, map_received
 
 from .errors import HcclError
 from .protocol.ctrlblock import ARRIVED, DONE, SLOT_WORDS, ControlBlock, WaitAbort, wait_until
-from .protocol.staged import fast_reduce, fits_stage, stage_out, stage_source
+from .protocol.staged import (fast_reduce, fast_split, fits_stage, split_gather, split_own, split_reduce, stage_out,
+                              stage_source)
 from .types import HcclResult
 
 _local_ranks: dict[str, int] = {}      # communicator id -> ranks of it in this process
@@ -93,6 +94,11 @@ class Prepared:
         self.ctrl_stage = [ctrl.stage(rank, parity) for parity in (0, 1)]
         self.stage_in: list = []        # per parity: (this rank's stage, its input), or None
         self.reduce = fast_reduce(ctrl, rank, op, p)
+        self.split = None               # a split all_reduce: (own block, the others' blocks), by (parity, recv)
+        if split_reduce(op, p, ctrl.n):
+            self.split = fast_split(ctrl, rank, p) or (
+                lambda parity, recv: split_own(lambda k: ctrl.stage(k, parity), ctrl.n, rank, p, recv),
+                lambda parity, recv: split_gather(lambda k: ctrl.stage(k, parity), ctrl.n, rank, p, recv))
 
     def refresh(self, devmap, buffers) -> bool:
         """Take the buffers' views again (the device map forgot an allocation since); False: not all are ours."""
@@ -189,28 +195,48 @@ class HostPath:
             words[slot + ARRIVED] = seq
             target = ctrl.arrive(rank)
             phases = ctrl.phase_words
-            if min(phases) < target:
-                try:
-                    wait_until(lambda: min(phases) >= target, timeout=self.wait,
-                               sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
-                except WaitAbort:
-                    return self._hand_over(client, stream, seq, call, params, target)
+            if not self._wait(phases, target):
+                return self._hand_over(client, stream, seq, call, params, target)
             if prep.fp_all[parity].tobytes() != prep.fp_agreed:
                 return self._hand_over(client, stream, seq, call, params, target)
+            recv = prep.views.get("recv")
             try:
-                if prep.reduce is not None:
-                    prep.reduce(parity, prep.views.get("recv"))
+                if prep.split is not None:
+                    prep.split[0](parity, recv)
+                elif prep.reduce is not None:
+                    prep.reduce(parity, recv)
                 else:
-                    stage_out(ctrl, rank, seq, prep.op, prep.params, prep.views.get("recv"))
+                    stage_out(ctrl, rank, seq, prep.op, prep.params, recv)
             except Exception:          # the card computes it again and reports what went wrong
                 return self._hand_over(client, stream, seq, call, params, target)
+            if prep.split is not None:     # the second phase: every other rank's reduced block
+                target = ctrl.arrive(rank)
+                if not self._wait(phases, target):
+                    return self._hand_over(client, stream, seq, call, params, target, 2)
+                try:
+                    prep.split[1](parity, recv)
+                except Exception:
+                    return self._hand_over(client, stream, seq, call, params, target, 2)
             words[slot + DONE] = seq
         self.done += 1
         return True
 
-    def _hand_over(self, client, stream, seq, call, params, target) -> bool:
-        """The card finishes it (the stream's order lock is held, so it is the stream's next task)."""
+    def _wait(self, phases, target) -> bool:
+        """Wait (at most the host wait) until every rank reached barrier phase ``target``; False: they did not."""
+        if min(phases) >= target:
+            return True
+        ctrl, rank = self.ctrl, self.comm.rank
+        try:
+            wait_until(lambda: min(phases) >= target, timeout=self.wait,
+                       sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
+        except WaitAbort:
+            return False
+        return True
+
+    def _hand_over(self, client, stream, seq, call, params, target, phase=1) -> bool:
+        """The card finishes it (the stream's order lock is held, so it is the stream's next task); ``phase`` 2:
+        from the second barrier of a split all_reduce."""
         self.handed_task = client.submit(stream.id, "hccl_finish", self.comm.id, self.comm.rank, seq, call.op, params,
-                                         call.wire, target)
+                                         call.wire, target, phase)
         self.handed += 1
         return True

@@ -19,7 +19,8 @@ from rt.card.queues import annotate, current_note
 
 from ..errors import HcclError, who_called
 from ..protocol.ctrlblock import ARRIVED, BUF0, CARD, DONE, V_RCOUNT, V_SCOUNT, V_SDISPL
-from ..protocol.staged import fits_stage, stage_agrees, stage_in, stage_out, stage_source
+from ..protocol.staged import (fits_stage, split_gather, split_own, split_reduce, stage_agrees, stage_in, stage_out,
+                               stage_source)
 from ..types import HcclResult, apply_reduce, hccl_np_dtype
 from .endpoint import Endpoint
 
@@ -107,22 +108,36 @@ def run(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
     me[DONE] = seq
 
 
-def staged_finish(ep: Endpoint, seq: int, op: str, p: dict, views: dict, target: int) -> None:
+def staged_finish(ep: Endpoint, seq: int, op: str, p: dict, views: dict, target: int, phase: int = 1) -> None:
     """Wait for every rank to have staged ``seq`` (barrier phase ``target``), check the calls agree,
-    compute this rank's result. Also runs collectives the host process started and handed over."""
+    compute this rank's result — a split all_reduce (``split_reduce``) in two phases, its own block then the
+    others'. Also runs collectives the host process started and handed over; ``phase`` 2: the host already
+    reduced its block and arrived at the second barrier (``target``)."""
     what = f"{op} #{seq} on comm '{ep.comm_id}' (rank {ep.rank})"
     if "algo" not in current_note():
         annotate(comm=ep.comm_id, seq=seq, op=op, algo="staged (host handover)")
-    ep.wait_phase(what, seq, target)
     ctrl, me, n = ep.ctrl, ep.ctrl.slots[ep.rank], ep.n
-    if not stage_agrees(ctrl, seq):
-        fps = [ctrl.fingerprint(k, seq) for k in range(n)]
-        ep.barrier(what, seq)
-        me[DONE] = seq
-        raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{ep.comm_id}': ranks called "
-                                                f"different collectives: {_group(fps)}")
     recv = views.get("recv")
-    stage_out(ctrl, ep.rank, seq, op, p, ep.view(recv) if recv is not None and recv[2] else None)
+    out = ep.view(recv) if recv is not None and recv[2] else None
+    parity = seq % 2
+    if phase == 1:
+        ep.wait_phase(what, seq, target)
+        if not stage_agrees(ctrl, seq):
+            fps = [ctrl.fingerprint(k, seq) for k in range(n)]
+            ep.barrier(what, seq)
+            me[DONE] = seq
+            raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{ep.comm_id}': ranks called "
+                                                    f"different collectives: {_group(fps)}")
+        if not split_reduce(op, p, n):
+            stage_out(ctrl, ep.rank, seq, op, p, out)
+            me[DONE] = seq
+            return
+        if out is not None:
+            split_own(lambda k: ctrl.stage(k, parity), n, ep.rank, p, out)
+        target = ctrl.arrive(ep.rank)
+    ep.wait_phase(what, seq, target)
+    if out is not None:
+        split_gather(lambda k: ctrl.stage(k, parity), n, ep.rank, p, out)
     me[DONE] = seq
 
 

@@ -109,11 +109,12 @@ class HcclExtension(Extension):
                                    f"{op} #{seq} on comm '{comm_id}' (rank {rank})", [views.get("recv")])
         return lambda: collective.run(ep, seq, op, params, views)
 
-    def t_finish(self, conn, stream, comm_id, rank, seq, op, params, buffers, target):
-        """The rest of a small collective the host started (staged its input, arrived) and handed over."""
+    def t_finish(self, conn, stream, comm_id, rank, seq, op, params, buffers, target, phase=1):
+        """The rest of a small collective the host started (staged its input, arrived; with ``phase`` 2 also
+        reduced its block of a split all_reduce and arrived again) and handed over."""
         ep = self.endpoint(comm_id, rank)
         views = self._views(buffers, op)
-        return lambda: collective.staged_finish(ep, seq, op, params, views, target)
+        return lambda: collective.staged_finish(ep, seq, op, params, views, target, phase)
 
     def t_p2p(self, conn, stream, comm_id, rank, items, fault=None):
         """send/recv/batch_send_recv: items are [kind, peer, ptr, count, dtype, nbytes]; ``fault``: NPUSIM_FAULTS

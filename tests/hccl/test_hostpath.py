@@ -89,6 +89,14 @@ def test_late_peer_hands_the_wait_over_to_the_card(cards):
 
 
 @pytest.mark.ray
+def test_a_peer_late_for_the_second_phase_of_a_split_all_reduce_hands_it_over(cards):
+    reports = _ranks(cards, "late_split", NPUSIM_HCCL_HOST_WAIT_MS="5")
+    for r, rep in enumerate(reports):
+        assert rep["bad"] == [], (r, rep["bad"])
+    assert sum(rep["host"]["handed"] for rep in reports[1:]) >= 3, reports
+
+
+@pytest.mark.ray
 def test_a_collective_never_blocks_what_the_rank_enqueues_after_it(cards):
     """Rank 1 first needs rank 0's send, which rank 0 enqueues after its all_reduce (as on CANN, where
     enqueueing never blocks). With HCCL_EXEC_TIMEOUT=60 a deadlock would fail the test as an error."""

@@ -61,6 +61,45 @@ def test_one_call_reduction_gives_the_bits_of_the_rank_by_rank_one(dtype, op, ro
                                            atol=1e-2 if dtype is np.float16 else 1e-6)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, ml_dtypes.bfloat16])
+@pytest.mark.parametrize("rop", list(HcclReduceOp)[:4])
+def test_a_split_all_reduce_gives_every_rank_the_bits_of_the_one_phase_reduction(dtype, rop):
+    """Phase 1 on every rank (its block, into its result and its stage), then phase 2 (the others' blocks): each
+    rank's result equals what stage_out computes in one phase — fast (one ufunc call) and rank-by-rank alike."""
+    rng = np.random.default_rng(3)
+    n, itemsize = 5, np.dtype(dtype).itemsize
+    count = staged.SPLIT_BYTES // itemsize + 3                  # blocks of unequal sizes
+    code = HcclDataType.BFP16 if dtype is ml_dtypes.bfloat16 else CODES[dtype]
+    p = {"count": count, "dtype": int(code), "op": int(rop)}
+    assert staged.split_reduce("all_reduce", p, n) and not staged.split_reduce("all_reduce", dict(p, count=8), n)
+    assert not staged.split_reduce("reduce", p, n)
+    assert sum(staged.block(count, n, r)[1] for r in range(n)) == count
+    for fast in (False, True):
+        ctrl = block(n)
+        parity = 1
+        inputs = [rng.integers(-9, 9, count).astype(dtype) if dtype is np.int32 else
+                  (rng.standard_normal(count) * 3).astype(dtype) for _ in range(n)]
+        fill_stages(ctrl, parity, inputs)
+        want = np.zeros(count, dtype)
+        staged.stage_out(ctrl, 0, 2 + parity, "all_reduce", p, want.view(np.uint8))
+        outs = [np.zeros(count, dtype) for _ in range(n)]
+        steps = [staged.fast_split(ctrl, r, p) for r in range(n)] if fast else None
+        if fast and steps[0] is None:                           # bfloat16: the rank-by-rank functions only
+            continue
+        for r in range(n):
+            if fast:
+                steps[r][0](parity, outs[r].view(np.uint8))
+            else:
+                staged.split_own(lambda k: ctrl.stage(k, parity), n, r, p, outs[r].view(np.uint8))
+        for r in range(n):
+            if fast:
+                steps[r][1](parity, outs[r].view(np.uint8))
+            else:
+                staged.split_gather(lambda k: ctrl.stage(k, parity), n, r, p, outs[r].view(np.uint8))
+        for r in range(n):
+            assert outs[r].tobytes() == want.tobytes(), (fast, r)
+
+
 def test_one_call_reduction_is_only_for_numpy_number_reductions():
     ctrl = block(4)
     assert staged.fast_reduce(ctrl, 0, "all_gather", {"count": 4, "dtype": int(HcclDataType.FP32)}) is None

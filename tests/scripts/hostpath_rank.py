@@ -56,6 +56,18 @@ def one_round(seed, before=None):
                 release()
             rt.synchronize_stream(None)
             check(f"{name} {dt.__name__} #{seed}", result.numpy(), want())
+        # an all_reduce large enough to be reduced in two phases (hccl/protocol/staged.py: split_reduce)
+        cl = 16384
+        xl = [(np.arange(cl) * 5 + 7 * r + seed) % 13 for r in range(n)]
+        send_l, out_l = device(xl[rank].astype(dt)), rt.empty((cl,), dt)
+        release = before() if before else None
+        hccl.all_reduce(send_l.ptr, out_l.ptr, cl, code, hccl.HCCL_REDUCE_SUM, comm)
+        if release:
+            release()
+        rt.synchronize_stream(None)
+        check(f"all_reduce split {dt.__name__} #{seed}", out_l.numpy(), np.sum(xl, axis=0).astype(dt))
+        send_l.free()
+        out_l.free()
         big, gathered = device(mine), rt.empty((c * n,), dt)
         for name, call, result, want in [
             ("reduce", lambda: hccl.reduce(send.ptr, out.ptr, c, code, hccl.HCCL_REDUCE_SUM, 1, comm),
@@ -116,6 +128,27 @@ elif scenario == "late":                    # rank 0 arrives late: the others ha
         rt.synchronize_stream(None)
     total = n * (n + 1) // 2 * n ** 2      # three in-place sums of (r+1): sum * n^2
     check("late", t.numpy(), np.full(4, total, np.float32))
+elif scenario == "late_split":              # rank 0 is late for the second phase of a split all_reduce
+    import hccl.hostpath
+
+    count = 16384
+    if rank == 0:
+        real = hccl.hostpath.fast_split
+
+        def slow_split(ctrl, r, p):
+            own, gather = real(ctrl, r, p)
+
+            def late_own(parity, recv):
+                own(parity, recv)
+                time.sleep(0.3)
+            return late_own, gather
+        hccl.hostpath.fast_split = slow_split
+    t = device(np.arange(count, dtype=np.float32) % 7 + rank)
+    for i in range(3):
+        hccl.all_reduce(t.ptr, t.ptr, count, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm)
+        rt.synchronize_stream(None)
+    want = np.arange(count, dtype=np.float32) % 7 + np.arange(n).mean()     # the ranks' mean input, then
+    check("late_split", t.numpy(), want * n ** 3)                            # three sums: times n^3
 elif scenario == "hazard":                  # rank 0's all_reduce must not block its later send
     a, b = rt.create_stream(), rt.create_stream()
     t, msg = device(np.full(4, rank + 1, np.float32)), device(np.full(2, 7 * (rank + 1), np.int32))
