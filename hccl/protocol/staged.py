@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import hccl_np_dtype, reduce_ufunc
-from .ctrlblock import ARRIVED, STAGE_BYTES, ControlBlock
+from .ctrlblock import ARRIVED, RESULT_BYTES, STAGE_BYTES, ControlBlock
 
-HUB_STAGE_BYTES = 1 << 20                      # across nodes: the most one frame of a small collective carries
+HUB_STAGE_BYTES = RESULT_BYTES                 # across nodes: the most one frame (and a node's result area) carries
 STAGED = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier")
 
 
