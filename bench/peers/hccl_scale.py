@@ -2,7 +2,8 @@
 
     FIRST_COLLECTIVE <unix time>       once its first 1 KiB fp32 all_reduce has completed
     SCALE_RESULT {json}                the 1 KiB all_reduce time (median over ranks' medians is not known to
-                                       one rank: rank 0's median and the max over ranks, gathered), and with
+                                       one rank: rank 0's median and the max over ranks, gathered), the calls
+                                       all ranks finished on the host path and handed to their cards, and with
                                        --big the result of one 64 MiB all_reduce checked against its formula
 
 Every rank's input is a pattern of small integers, so the SUM is exact and a wrong element is a real error.
@@ -75,8 +76,12 @@ def main() -> None:
     mine = statistics.median(times)
     every = rt.Tensor.from_numpy(np.full(1, mine, np.float64))
     comm.all_reduce(every, op="max")
+    host = comm.host_path()         # how many calls this rank finished itself, without its card
+    on_host = rt.Tensor.from_numpy(np.array([host.done if host else 0, host.handed if host else 0], np.float64))
+    comm.all_reduce(on_host)
     result = {"world": n, "nodes": len({m[0] for m in comm.members}), "allreduce_1k_us": mine * 1e6,
-              "allreduce_1k_us_max_rank": float(every.numpy()[0]) * 1e6}
+              "allreduce_1k_us_max_rank": float(every.numpy()[0]) * 1e6,
+              "host_done": int(on_host.numpy()[0]), "host_handed": int(on_host.numpy()[1])}
     if ns.big:
         count = ns.big // 4
         big = rt.Tensor.from_numpy(pattern(count, r))

@@ -6,7 +6,8 @@ liveness and ``HCCL_EXEC_TIMEOUT`` — and (3) runs this rank's part of the sche
 step by step, pulling from peer card memory with a barrier between steps. all_to_all_v has no
 schedule: its counts are exchanged through the control block and each rank pulls its blocks directly
 (one step). Small collectives take the staged path instead (``hccl/protocol/staged.py``: one barrier);
-across nodes the transport's hub carries the arrival and what cannot go through shared memory.
+across nodes the arrival (and a small collective whole) is node-staged (``hccl/protocol/nodestaged.py``: one
+round per node through its leader card) and step data crosses nodes through the transport's hub.
 """
 
 from __future__ import annotations

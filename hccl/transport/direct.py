@@ -1,18 +1,21 @@
-"""The cross-node half of a communicator: process groups, their leaders and the root, over direct links.
+"""The cross-node half of a communicator: groups of ranks, their leaders and the root, over direct links.
 
-The ranks of a communicator whose cards live in one process form a *group* (a simulated node's card host
-holds all of its node's cards: one group per node; with a Ray worker per card, one group per card). Every
-collective starts with a *round*: each rank hands its call (fingerprint, last completed collective and, for a
-small collective, its input) to its group in memory; the last rank of the group to arrive leads the round
-for it — it merges the group's items (for a reduction: one partial sum of the group's inputs) and sends one
-frame to the root (the group holding rank 0) over a direct link (``link.py``); the root's leader merges every
-group's frame, finishes the result once and sends it back, one frame per group. So per collective, only
-groups' leaders cross processes (2 x (groups - 1) frames), each rank waits on its own round's event, and a
-reduction costs one pass over each input. Step data of large collectives (hierarchical schedules) goes
-straight from the sending rank's process to the receiving rank's, as one frame.
+A *round* of collective ``seq`` merges what every rank contributes (its call's fingerprint, last completed
+collective and, for a small collective, its input) group by group: each group's leader merges its group's
+items (for a reduction: one partial sum of the group's inputs) and sends one frame to the root (the group
+holding rank 0) over a direct link (``link.py``); the root merges every group's frame, finishes the result
+once and sends it back, one frame per group. So per collective only leaders cross processes
+(2 x (groups - 1) frames) and a reduction costs one pass over each input.
+
+The groups of a ``NodeGroup`` are the communicator's nodes: every collective across nodes starts with its
+round, driven by each node's leader card from the node's control block (``hccl/protocol/nodestaged.py``). A
+``Group``'s are the ranks whose cards live in one process, which hand their items over in memory (the last to
+arrive leads; ``DirectHub.arrive`` / ``small``). Step data of large collectives (hierarchical schedules) goes
+straight from the sending rank's process to the receiving rank's, as one frame (``DirectHub.send`` / ``recv``).
 
 Failures name ranks: a rank that never arrives is named by its own group (``waiting for ranks [6]``) and, with
-its last completed collective, by the root, which sends that text to every group that did arrive.
+its last completed collective, by the root, which sends that text to every group that did arrive; a rank whose
+process left is named by the root from its card's notice (``left``).
 """
 
 from __future__ import annotations
