@@ -202,7 +202,7 @@ def _wait_leader(ep, seq: int, target: int, what: str) -> None:
             raise e.error(what) from None
     for timeout in (ep.exec_timeout, 3 * GRACE):
         try:
-            wait_until(lambda: words[at] > target, timeout=timeout, check=check, sleeper=ep.sleeper)
+            wait_until(lambda: words[at] > target, timeout=timeout, check=check, sleeper=ep.sleeper, spin=False)
             return
         except WaitAbort:
             if ctrl.slots[leader, ARRIVED] < seq:
@@ -269,7 +269,7 @@ class HostNode:
             at = leader * SLOT_WORDS + PHASE
             if words[at] <= target:
                 try:
-                    wait_until(lambda: words[at] > target, timeout=self.wait,
+                    wait_until(lambda: words[at] > target, timeout=self.wait, spin=False,
                                sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
                 except WaitAbort:
                     return path._hand_over(client, stream, seq, call, params, target)
