@@ -239,7 +239,8 @@ def arrive(ep, seq: int, what: str) -> None:
 class HostNode:
     """The host path's part across nodes (``hccl/hostpath.py``): a rank other than its node's leader stages,
     arrives and takes its result from the block itself; the leader stages, arrives and hands the round to its
-    card (a stream task: the card's stream worker leads, the card's reader thread is never blocked). A rank whose
+    card (a stream task: the card's stream worker leads, the card's reader thread is never blocked), then waits
+    for it in the block like the others (so its next synchronize usually finds the stream done). A rank whose
     leader has not published within ``ACROSS_WAIT`` × NPUSIM_HCCL_HOST_WAIT_MS, or that sees a failure, hands the
     rest to its card, which reports it at synchronize."""
 
@@ -264,15 +265,15 @@ class HostNode:
             prep.fp_area[parity][:] = prep.fp_bytes
             words[slot + ARRIVED] = seq
             target = ctrl.arrive(rank, self.local)
-            if rank == leader:
-                return path._hand_over(client, stream, seq, call, params, target)
             at = leader * SLOT_WORDS + PHASE
-            if words[at] <= target:
-                try:
-                    wait_until(lambda: words[at] > target, timeout=self.wait, spin=False,
-                               sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
-                except WaitAbort:
-                    return path._hand_over(client, stream, seq, call, params, target)
+            if rank == leader:
+                # Its card leads the round. Waiting for that here (bounded) rather than in the synchronize that
+                # follows lets that find the stream done without a round trip to the card.
+                path._hand_over(client, stream, seq, call, params, target)
+                self._until_led(ctrl, rank, at, target)
+                return True
+            if not self._until_led(ctrl, rank, at, target):
+                return path._hand_over(client, stream, seq, call, params, target)
             try:
                 got = take_result(ctrl, leader, rank, seq, prep.op, prep.params, self.n, prep.views.get("recv"))
             except Exception:          # noqa: BLE001 - the card takes it again and reports what went wrong
@@ -282,4 +283,16 @@ class HostNode:
             words[slot + PHASE] = target + 1
             words[slot + DONE] = seq
         path.done += 1
+        return True
+
+    def _until_led(self, ctrl, rank: int, at: int, target: int) -> bool:
+        """Wait (at most ``self.wait``) for the node's leader to publish the round of phase ``target``."""
+        words = ctrl.words
+        if words[at] > target:
+            return True
+        try:
+            wait_until(lambda: words[at] > target, timeout=self.wait, spin=False,
+                       sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
+        except WaitAbort:
+            return False
         return True
