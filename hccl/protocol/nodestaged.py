@@ -47,7 +47,7 @@ from .ctrlblock import (
 from .staged import stage_source, staged_bytes
 
 DATA, FAILED, DISAGREE = 0, 1, 2          # kinds (R_INFO >> 32): a result, a failed round, calls that disagree
-ACROSS_WAIT = 10                          # a host-path rank waits this many times NPUSIM_HCCL_HOST_WAIT_MS
+ACROSS_WAIT = 10          # a host-path rank waits this many times NPUSIM_HCCL_HOST_WAIT_MS (× nodes / 8 above 8)
 
 
 def spec_of(op: str | None, p: dict | None) -> dict | None:
@@ -241,15 +241,18 @@ class HostNode:
     arrives and takes its result from the block itself; the leader stages, arrives and hands the round to its
     card (a stream task: the card's stream worker leads, the card's reader thread is never blocked), then waits
     for it in the block like the others (so its next synchronize usually finds the stream done). A rank whose
-    leader has not published within ``ACROSS_WAIT`` × NPUSIM_HCCL_HOST_WAIT_MS, or that sees a failure, hands the
-    rest to its card, which reports it at synchronize."""
+    leader has not published within ``ACROSS_WAIT`` × NPUSIM_HCCL_HOST_WAIT_MS (× nodes / 8 above 8 nodes), or
+    that sees a failure, hands the rest to its card, which reports it at synchronize."""
 
     def __init__(self, comm, wait: float):
         node = comm.members[comm.rank][0]
         self.local = [r for r, m in enumerate(comm.members) if m[0] == node]
         self.leader = self.local[0]
         self.n = comm.size
-        self.wait = wait * ACROSS_WAIT
+        # a round across more nodes takes longer: at 32 nodes a rank that gave up after 200 ms handed over a
+        # quarter of its calls, each costing its card a task and a round trip more
+        nodes = len({m[0] for m in comm.members})
+        self.wait = wait * ACROSS_WAIT * max(1.0, nodes / 8)
 
     def run(self, path, stream, seq: int, prep, call, params) -> bool:
         ctrl, rank, leader = path.ctrl, path.comm.rank, self.leader
