@@ -1,6 +1,6 @@
 """Small collectives run by the rank's own process when its stream is idle: no round trip to the card.
 
-A small collective (≤ 256 KiB per rank, one node) is one barrier over the communicator's control block:
+A small collective (≤ 256 KiB per rank) on one node is one barrier over the communicator's control block:
 stage the input, arrive, wait, compute from every rank's stage (``hccl/protocol/staged.py``). When the stream
 it is enqueued on has finished everything this process put on it (the card publishes per-stream
 progress in a shared page, ``rt.wire.client.CardClient.stream_done``), doing that here is indistinguishable
@@ -20,7 +20,9 @@ buffers, its stage areas and its fingerprint bytes are computed once (``Prepared
 context forgot an allocation), a reduction is one ufunc call over every rank's stage, the phase wakes its
 sleepers once, and a waiter yields its core before it sleeps only while that pays (``protocol/ctrlblock.py``).
 
-Only communicators with one rank in this process use it (a process driving several ranks from one
+Across nodes a rank follows the node-staged protocol instead (``protocol/nodestaged.py``: ``HostNode``): it
+stages in its node's control block and takes its result from there; its node's leader hands the round across
+nodes to its card. Only communicators with one rank in this process use it (a process driving several ranks from one
 thread, as ``comm_init_all`` does, must never block in one rank's call), and only buffers this process
 allocated itself (``rt.host.hostview.DeviceMap``); everything else goes to the card.
 """
@@ -37,6 +39,7 @@ from rt.wire.segment import close_fds, map_received
 
 from .errors import HcclError
 from .protocol.ctrlblock import ARRIVED, DONE, SLOT_WORDS, ControlBlock, WaitAbort, wait_until
+from .protocol.nodestaged import HostNode
 from .protocol.staged import (fast_reduce, fast_split, fits_stage, split_gather, split_own, split_reduce, stage_out,
                               stage_source)
 from .types import HcclResult
@@ -126,11 +129,12 @@ class HostPath:
         self.done = 0                   # collectives completed in this process
         self.handed = 0                 # started here, finished by the card
         self.handed_task = None         # the stream task the last call's rest went to (None: done here)
+        self.node = None                # across nodes: its part of the node-staged protocol (``HostNode``)
 
     @classmethod
     def build(cls, comm) -> HostPath | None:
         """The host path for ``comm``, or None when it must not or cannot have one."""
-        if not enabled() or _local_ranks.get(comm.id, 0) != 1 or len({m[0] for m in comm.members}) != 1:
+        if not enabled() or _local_ranks.get(comm.id, 0) != 1:
             return None
         try:
             reply, fds = comm.ctx.client.call("hccl_share", comm.id, comm.rank, want_fds=True)
@@ -145,12 +149,15 @@ class HostPath:
             return None
         if arr.size < ControlBlock.nbytes(comm.size):
             return None
-        return cls(comm, ControlBlock(arr, comm.size))
+        path = cls(comm, ControlBlock(arr, comm.size))
+        if len({m[0] for m in comm.members}) != 1:          # across nodes: the node-staged protocol
+            path.node = HostNode(comm, path.wait)
+        return path
 
     def prepare(self, call) -> Prepared | None:
         """What this call signature needs here, or None: it never runs on the host path (too large, an
         algorithm asked for)."""
-        if not fits_stage(call.op, call.params, self.comm.size):
+        if not fits_stage(call.op, call.params, self.comm.size, across_nodes=self.node is not None):
             return None
         return Prepared(self, call)
 
@@ -179,6 +186,8 @@ class HostPath:
             devmap.leave()
 
     def _run(self, stream, seq, prep, call, params) -> bool:
+        if self.node is not None:
+            return self.node.run(self, stream, seq, prep, call, params)
         ctrl, rank = self.ctrl, self.comm.rank
         words, slot = ctrl.words, rank * SLOT_WORDS
         client = stream.ctx.client

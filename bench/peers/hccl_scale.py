@@ -2,8 +2,10 @@
 
     FIRST_COLLECTIVE <unix time>       once its first 1 KiB fp32 all_reduce has completed
     SCALE_RESULT {json}                the 1 KiB all_reduce time (median over ranks' medians is not known to
-                                       one rank: rank 0's median and the max over ranks, gathered), and with
-                                       --big the result of one 64 MiB all_reduce checked against its formula
+                                       one rank: rank 0's median and the max over ranks, gathered), the calls
+                                       all ranks finished on the host path and handed to their cards, the
+                                       CPU time of all rank processes per timed call (not their cards'), and
+                                       with --big the result of one 64 MiB all_reduce checked against its formula
 
 Every rank's input is a pattern of small integers, so the SUM is exact and a wrong element is a real error.
 After the timed all_reduces every rank passes a barrier. Calls run on a stream of the rank's own, waited for
@@ -65,18 +67,27 @@ def main() -> None:
     assert float(t.numpy()[0]) == n, (t.numpy()[0], n)
     times = []
     for i in range(ns.iters + 5):
+        if i == 5:
+            cpu0 = time.process_time()
         t0 = time.perf_counter()
         comm.all_reduce(t, stream=stream)
         sync()
         if i >= 5:
             times.append(time.perf_counter() - t0)
+    cpu = (time.process_time() - cpu0) / ns.iters    # this rank's process, per call (its card's not counted)
     comm.barrier(stream=stream)                 # every rank got here: the barrier across all nodes completes
     sync()
     mine = statistics.median(times)
     every = rt.Tensor.from_numpy(np.full(1, mine, np.float64))
     comm.all_reduce(every, op="max")
+    host = comm.host_path()         # how many calls this rank finished itself, without its card
+    on_host = rt.Tensor.from_numpy(np.array([host.done if host else 0, host.handed if host else 0, cpu],
+                                            np.float64))
+    comm.all_reduce(on_host)
     result = {"world": n, "nodes": len({m[0] for m in comm.members}), "allreduce_1k_us": mine * 1e6,
-              "allreduce_1k_us_max_rank": float(every.numpy()[0]) * 1e6}
+              "allreduce_1k_us_max_rank": float(every.numpy()[0]) * 1e6,
+              "host_done": int(on_host.numpy()[0]), "host_handed": int(on_host.numpy()[1]),
+              "rank_cpu_us_per_call": float(on_host.numpy()[2]) * 1e6}
     if ns.big:
         count = ns.big // 4
         big = rt.Tensor.from_numpy(pattern(count, r))

@@ -6,7 +6,8 @@ liveness and ``HCCL_EXEC_TIMEOUT`` — and (3) runs this rank's part of the sche
 step by step, pulling from peer card memory with a barrier between steps. all_to_all_v has no
 schedule: its counts are exchanged through the control block and each rank pulls its blocks directly
 (one step). Small collectives take the staged path instead (``hccl/protocol/staged.py``: one barrier);
-across nodes the transport's hub carries the arrival and what cannot go through shared memory.
+across nodes the arrival (and a small collective whole) is node-staged (``hccl/protocol/nodestaged.py``: one
+round per node through its leader card) and step data crosses nodes through the transport's hub.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from rt.card.queues import annotate, current_note
 
 from ..errors import HcclError, who_called
+from ..protocol import nodestaged
 from ..protocol.ctrlblock import ARRIVED, BUF0, CARD, DONE, V_RCOUNT, V_SCOUNT, V_SDISPL
 from ..protocol.staged import (fits_stage, split_gather, split_own, split_reduce, stage_agrees, stage_in, stage_out,
                                stage_source)
@@ -53,8 +55,9 @@ def run(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
             ctrl.pairs[peer, ep.rank, V_RCOUNT] = p["recv_counts"][peer]
     me[ARRIVED] = seq
     if ep.hub is not None:
-        # every rank (all nodes) has called collective seq: what each one called
-        fps = ep.hub.arrive(ep.rank, seq, fp, int(me[DONE]), what, ep.exec_timeout)
+        # every rank (all nodes) has called collective seq (or it raises, naming who called what)
+        nodestaged.arrive(ep, seq, what)
+        fps = [fp]
     else:
         ep.barrier(what, seq)                # everyone has published seq
         fps = [ctrl.fingerprint(r, seq) for r in range(ep.n)]
@@ -111,14 +114,17 @@ def run(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
 def staged_finish(ep: Endpoint, seq: int, op: str, p: dict, views: dict, target: int, phase: int = 1) -> None:
     """Wait for every rank to have staged ``seq`` (barrier phase ``target``), check the calls agree,
     compute this rank's result — a split all_reduce (``split_reduce``) in two phases, its own block then the
-    others'. Also runs collectives the host process started and handed over; ``phase`` 2: the host already
-    reduced its block and arrived at the second barrier (``target``)."""
+    others'. Also runs collectives the host process started and handed over (``phase`` 2: the host already
+    reduced its block and arrived at the second barrier, ``target``); across nodes the node-staged protocol's
+    rest (``hccl/protocol/nodestaged.py``)."""
     what = f"{op} #{seq} on comm '{ep.comm_id}' (rank {ep.rank})"
     if "algo" not in current_note():
         annotate(comm=ep.comm_id, seq=seq, op=op, algo="staged (host handover)")
-    ctrl, me, n = ep.ctrl, ep.ctrl.slots[ep.rank], ep.n
     recv = views.get("recv")
     out = ep.view(recv) if recv is not None and recv[2] else None
+    if ep.hub is not None:
+        return nodestaged.finish(ep, seq, op, p, out, target, what)
+    ctrl, me, n = ep.ctrl, ep.ctrl.slots[ep.rank], ep.n
     parity = seq % 2
     if phase == 1:
         ep.wait_phase(what, seq, target)
@@ -156,19 +162,19 @@ def _staged(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
 
 
 def _hub_staged(ep: Endpoint, seq: int, op: str, p: dict, views: dict, what: str) -> None:
-    """A small collective across nodes in one hub round: every rank hands in its input along with its
-    arrival and gets its own result back (``hccl/transport/direct.py``)."""
+    """A small collective across nodes, node-staged (``hccl/protocol/nodestaged.py``): this rank stages its input
+    in the node's control block and arrives; its node's leader card runs one round across nodes for the node."""
     source = stage_source(op, p, ep.rank)
     view = views.get(source) if source else None
     data = ep.view(view) if view is not None and view[2] else None
-    me = ep.ctrl.slots[ep.rank]
-    me[ARRIVED] = seq
+    ctrl = ep.ctrl
+    if data is not None:
+        ctrl.stage(ep.rank, seq % 2)[:data.size] = data
+    ctrl.set_fingerprint(ep.rank, seq, p["fingerprint"])
+    ctrl.slots[ep.rank, ARRIVED] = seq
+    target = ctrl.arrive(ep.rank, ep.local)
     recv = views.get("recv")
-    problem = ep.hub.small(ep.rank, seq, p["fingerprint"], int(me[DONE]), data, op, p,
-                           ep.view(recv) if recv is not None and recv[2] else None, what, ep.exec_timeout)
-    me[DONE] = seq
-    if problem:
-        raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{ep.comm_id}': {problem}")
+    nodestaged.finish(ep, seq, op, p, ep.view(recv) if recv is not None and recv[2] else None, target, what)
 
 
 def _remote_step(ep: Endpoint, step_index: int, seq: int, step, arrays, what: str) -> dict:

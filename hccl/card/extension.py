@@ -2,8 +2,8 @@
 
 Commands ``hccl_init`` (join a communicator: a rendezvous of every rank's card, bounded by
 ``HCCL_CONNECT_TIMEOUT``, naming the ranks that never joined), ``hccl_ctrl`` (a peer card asks for the
-control block this card holds), ``hccl_share`` (the rank's own process maps the control block, for the
-host path) and ``hccl_destroy``; tasks ``hccl_collective``, ``hccl_finish`` (the rest of a collective the
+control block this card holds), ``hccl_share`` (the rank's own process maps its node's control block,
+for the host path) and ``hccl_destroy``; tasks ``hccl_collective``, ``hccl_finish`` (the rest of a collective the
 host path started) and ``hccl_p2p`` — each named in the tables of ``HcclExtension.__init__``, the tasks run
 by ``collective.py`` and ``p2p.py``. Per card it keeps the communicator endpoints (``endpoint.py``), the
 control blocks it holds, and a cache of schedules. Environment-controlled behaviour (timeouts,
@@ -85,8 +85,6 @@ class HcclExtension(Extension):
         """The control block of ``comm_id`` for the rank's own process (``hccl/hostpath.py``): ``nbytes`` plus
         its fd, from this card or fetched from the node's leader card; None if it cannot be shared."""
         ep = self.endpoint(comm_id, rank)
-        if ep.hub is not None:
-            return None
         if ep.leader_card == self.card.index:
             seg = self.ctrl[comm_id]
             return with_fds(seg.size, [seg.fd])

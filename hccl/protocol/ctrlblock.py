@@ -3,7 +3,8 @@
 Each communicator has one *control block* per node: a shared-memory array with one slot per rank
 (phase counter for barriers, arrived/completed sequence numbers, the fingerprint of the call, where
 its buffers live), one mailbox per ordered rank pair for send/recv, a futex word, and per rank two
-staging areas for small collectives (``hccl/protocol/staged.py``). Rank 0's card of the node creates it on
+staging areas for small collectives (``hccl/protocol/staged.py``) and, for small collectives across
+nodes, two result areas written by the node's leader (``hccl/protocol/nodestaged.py``). Rank 0's card of the node creates it on
 first request; the other cards — and rank processes using the host path — map it from a file
 descriptor. Waiting on it yields the core a few times first (``Spinner``: the peers waited for often run
 meanwhile, which saves a futex sleep and wake-up), then sleeps on the futex (``wait_until``); a barrier phase
@@ -22,10 +23,15 @@ from . import futex
 # slot layout (int64 words)
 PHASE, ARRIVED, DONE, STATUS, PID, CARD, FP_LEN, SLEEPING = range(8)
 BUF0 = 9                       # send seg, off, size; recv seg, off, size; tmp seg, off, size
+# in a node leader's slot, per sequence parity p at word + 3p: the node's result of a collective across nodes
+# (``nodestaged.py``): its sequence number, kind (0 data, 1 failure, 2 calls that disagree) << 32 | HcclResult
+# code, bytes in the result area
+R_SEQ, R_INFO, R_LEN = 18, 19, 20
 SLOT_WORDS = 64                # 512 bytes: words + fingerprint text
 FP_OFF = 24 * 8
 FP_MAX = (SLOT_WORDS * 8 - FP_OFF) // 2        # two fingerprints per slot, by sequence parity
 STAGE_BYTES = 256 << 10                        # per rank and parity: small collectives go through here
+RESULT_BYTES = 1 << 20                         # per parity: a node's result of a small collective across nodes
 # pair mailbox layout (int64 words)
 P_SEND, P_RECV_DONE, P_SEG, P_OFF, P_SIZE, P_COUNT, P_DTYPE, V_SCOUNT, V_SDISPL, V_RCOUNT = range(10)
 PAIR_WORDS = 10
@@ -61,12 +67,20 @@ class ControlBlock:
 
     @staticmethod
     def nbytes(nranks: int) -> int:
-        return 8 * (nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS) + 64 + nranks * 2 * STAGE_BYTES
+        return 8 * (nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS) + 64 + nranks * 2 * STAGE_BYTES \
+            + 2 * RESULT_BYTES
 
     def stage(self, rank: int, parity: int) -> np.ndarray:
         """Rank's staging area for collectives of this sequence parity (uint8, STAGE_BYTES)."""
         base = self.stage_base + (2 * rank + parity) * STAGE_BYTES
         return self.raw[base: base + STAGE_BYTES]
+
+    def result(self, parity: int) -> np.ndarray:
+        """The node's result area for collectives of this sequence parity across nodes (uint8, RESULT_BYTES):
+        written by the node's leader, read by its other ranks (``nodestaged.py``); its pages cost memory
+        only once written."""
+        base = self.stage_base + 2 * self.n * STAGE_BYTES + parity * RESULT_BYTES
+        return self.raw[base: base + RESULT_BYTES]
 
     def notify(self) -> None:
         """State changed: wake the ranks that sleep on this block (no system call if none does)."""

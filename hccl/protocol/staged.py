@@ -4,8 +4,9 @@ Every rank copies its input into its staging area for the call's sequence parity
 publishes its fingerprint, arrives at the node barrier; after it every rank computes its own result
 from all the stages. Run by cards (``_staged`` in ``hccl/card/collective.py``) or by a rank's own process
 (``hccl/hostpath.py``) — both follow exactly this protocol on the same block, so they interoperate. Across
-nodes a small collective is one round through the groups' leaders instead (``hccl/transport/direct.py``:
-one partial sum per group for a reduction); ``fits_stage`` decides, alike on every rank.
+nodes the ranks stage the same way but one card per node combines and crosses nodes for them
+(``hccl/protocol/nodestaged.py``: one partial sum per node for a reduction); ``fits_stage`` decides, alike on
+every rank.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..types import hccl_np_dtype, reduce_ufunc
-from .ctrlblock import ARRIVED, STAGE_BYTES, ControlBlock
+from .ctrlblock import ARRIVED, RESULT_BYTES, STAGE_BYTES, ControlBlock
 
-HUB_STAGE_BYTES = 1 << 20                      # across nodes: the most one frame of a small collective carries
+HUB_STAGE_BYTES = RESULT_BYTES                 # across nodes: the most one frame (and a node's result area) carries
 STAGED = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "scatter", "all_to_all", "barrier")
 
 

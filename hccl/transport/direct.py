@@ -1,18 +1,21 @@
-"""The cross-node half of a communicator: process groups, their leaders and the root, over direct links.
+"""The cross-node half of a communicator: groups of ranks, their leaders and the root, over direct links.
 
-The ranks of a communicator whose cards live in one process form a *group* (a simulated node's card host
-holds all of its node's cards: one group per node; with a Ray worker per card, one group per card). Every
-collective starts with a *round*: each rank hands its call (fingerprint, last completed collective and, for a
-small collective, its input) to its group in memory; the last rank of the group to arrive leads the round
-for it — it merges the group's items (for a reduction: one partial sum of the group's inputs) and sends one
-frame to the root (the group holding rank 0) over a direct link (``link.py``); the root's leader merges every
-group's frame, finishes the result once and sends it back, one frame per group. So per collective, only
-groups' leaders cross processes (2 x (groups - 1) frames), each rank waits on its own round's event, and a
-reduction costs one pass over each input. Step data of large collectives (hierarchical schedules) goes
-straight from the sending rank's process to the receiving rank's, as one frame.
+A *round* of collective ``seq`` merges what every rank contributes (its call's fingerprint, last completed
+collective and, for a small collective, its input) group by group: each group's leader merges its group's
+items (for a reduction: one partial sum of the group's inputs) and sends one frame to the root (the group
+holding rank 0) over a direct link (``link.py``); the root merges every group's frame, finishes the result
+once and sends it back, one frame per group. So per collective only leaders cross processes
+(2 x (groups - 1) frames) and a reduction costs one pass over each input.
+
+The groups of a ``NodeGroup`` are the communicator's nodes: every collective across nodes starts with its
+round, driven by each node's leader card from the node's control block (``hccl/protocol/nodestaged.py``). A
+``Group``'s are the ranks whose cards live in one process, which hand their items over in memory (the last to
+arrive leads; ``DirectHub.arrive`` / ``small``). Step data of large collectives (hierarchical schedules) goes
+straight from the sending rank's process to the receiving rank's, as one frame (``DirectHub.send`` / ``recv``).
 
 Failures name ranks: a rank that never arrives is named by its own group (``waiting for ranks [6]``) and, with
-its last completed collective, by the root, which sends that text to every group that did arrive.
+its last completed collective, by the root, which sends that text to every group that did arrive; a rank whose
+process left is named by the root from its card's notice (``left``).
 """
 
 from __future__ import annotations
@@ -123,20 +126,33 @@ class _Round:
 class Group:
     """The ranks of one communicator whose cards are in this process, and where every other group listens."""
 
+    UP, DOWN = "c", "r"             # mailbox keys of a group's frame to the root and of the root's answer
+
     def __init__(self, comm_id: str, link: LinkServer, addresses: list, nodes: list):
         self.comm_id, self.link, self.n, self.nodes = comm_id, link, len(addresses), nodes
         self.addresses = addresses
-        by_process: dict[tuple, list[int]] = {}
-        for r, a in enumerate(addresses):
-            by_process.setdefault(tuple(a), []).append(r)
-        self.groups = sorted(by_process.values(), key=min)          # ranks ascending; group 0 holds rank 0
+        self.groups = self._grouping()                              # ranks ascending; group 0 holds rank 0
         me = tuple(link.address)
-        self.index = next(i for i, g in enumerate(self.groups) if tuple(addresses[g[0]]) == me)
-        self.local = self.groups[self.index]
+        self.index = next((i for i, g in enumerate(self.groups) if tuple(addresses[g[0]]) == me), -1)
+        self.local = self.groups[self.index] if self.index >= 0 else []
         self.rounds: dict[int, _Round] = {}
         self.lock = threading.Lock()
         self.last_done: dict[int, int] = {}                        # the root's record, for timeout reports
         self.gone: dict[int, str] = {}                             # ranks of this process that left for good
+        self._by_node: NodeGroup | None = None
+
+    def _grouping(self) -> list[list[int]]:
+        by_process: dict[tuple, list[int]] = {}
+        for r, a in enumerate(self.addresses):
+            by_process.setdefault(tuple(a), []).append(r)
+        return sorted(by_process.values(), key=min)
+
+    def by_node(self) -> NodeGroup:
+        """The per-node rounds of this communicator in this process (``hccl/protocol/nodestaged.py``)."""
+        with self.lock:
+            if self._by_node is None:
+                self._by_node = NodeGroup(self.comm_id, self.link, self.addresses, self.nodes)
+            return self._by_node
 
     def where(self, rank: int) -> str:
         return f"rank {rank} (node {self.nodes[rank]})"
@@ -193,12 +209,16 @@ class Group:
         return Failed(HcclResult.HCCL_E_REMOTE, f"EI0002 {self.where(rank)} is gone: {why}")
 
     def _lead(self, seq: int, items: list[Partial], spec, timeout: float) -> Partial:
-        mine = merge(items, spec)
+        return self.exchange(seq, self.index, merge(items, spec), spec, timeout)
+
+    def exchange(self, seq: int, index: int, mine: Partial, spec, timeout: float) -> Partial:
+        """Group ``index``'s part ``mine`` of round ``seq`` to the root and the whole round's result back (the
+        root: every group's part in, the result out to each)."""
         if len(self.groups) == 1:
             return finish(mine, spec, self.n)
-        if self.index != 0:
-            self._send(self.groups[0][0], ("c", seq, self.index), *mine.to_frame())
-            got = self.link.mailbox.take((self.comm_id, "r", seq), timeout + GRACE)
+        if index != 0:
+            self._send(self.groups[0][0], (self.UP, seq, index), *mine.to_frame())
+            got = self.link.mailbox.take((self.comm_id, self.DOWN, seq, index), timeout + GRACE)
             if got is None:
                 raise Failed(HcclResult.HCCL_E_TIMEOUT, f"EI0002 timed out after {timeout + GRACE:g} s waiting for "
                                                         f"the root ({self.where(0)}'s card process) to answer the "
@@ -216,7 +236,7 @@ class Group:
         for g in range(1, len(self.groups)):
             while got[g] is None and error is None:
                 left = deadline - time.monotonic()
-                frame = self.link.mailbox.take((self.comm_id, "c", seq, g), min(POLL, max(0.0, left)))
+                frame = self.link.mailbox.take((self.comm_id, self.UP, seq, g), min(POLL, max(0.0, left)))
                 if frame is not None:
                     got[g] = Partial.from_frame(*frame)
                 elif (dead := self._dead(got)) is not None:
@@ -255,7 +275,7 @@ class Group:
 
     def _post(self, g: int, seq: int, header, payload) -> None:
         try:
-            self.link.send(self.addresses[self.groups[g][0]], self.comm_id, ("r", seq), header, payload)
+            self.link.send(self.addresses[self.groups[g][0]], self.comm_id, (self.DOWN, seq, g), header, payload)
         except LinkClosed:
             pass        # that group's process is gone: its own ranks' waits say so
 
@@ -265,6 +285,26 @@ class Group:
         except LinkClosed as e:
             raise Failed(HcclResult.HCCL_E_REMOTE, f"EI0002 the card process of {self.where(rank)} is "
                                                    f"unreachable: {e}") from None
+
+
+class NodeGroup(Group):
+    """The rounds of small collectives and arrivals across nodes: the groups are the communicator's nodes, each
+    led by its lowest rank's card (``hccl/protocol/nodestaged.py``), which hands in its node's part
+    (:meth:`Group.exchange`) — one frame per node to the root, one answer per node, keyed apart from the
+    per-process rounds."""
+
+    UP, DOWN = "n", "nr"
+
+    def _grouping(self) -> list[list[int]]:
+        by_node: dict = {}
+        for r, node in enumerate(self.nodes):
+            by_node.setdefault(node, []).append(r)
+        return sorted(by_node.values(), key=min)
+
+    def node_index(self, rank: int) -> int:
+        """Which group (node, in the order of their lowest ranks) ``rank`` belongs to."""
+        node = self.nodes[rank]
+        return next(i for i, g in enumerate(self.groups) if self.nodes[g[0]] == node)
 
 
 _groups: weakref.WeakValueDictionary[str, Group] = weakref.WeakValueDictionary()
@@ -285,6 +325,7 @@ class DirectHub:
 
     def __init__(self, group: Group, rank: int):
         self.group, self.rank = group, rank
+        self.by_node = group.by_node()          # the rounds of the node-staged protocol
 
     def arrive(self, rank: int, seq: int, fingerprint: str, done: int, what: str, timeout: float) -> list[str]:
         """Every rank (all nodes) has called collective ``seq``: what each one called, in rank order."""
