@@ -131,6 +131,9 @@ def _session_processes(node) -> list[int]:
     return pids
 
 
+LEAN_HEAD = ("start_monitor", "start_api_server")     # Ray's Node methods the embedded session skips (below)
+
+
 @contextlib.contextmanager
 def _ray_start_environment(token: str):
     """What ``ray.init`` must see to start a session of simulated cards, undone once Ray's processes exist
@@ -142,7 +145,10 @@ def _ray_start_environment(token: str):
     - the reaper tag, inherited by exactly Ray's processes and what they start;
     - Ray's "enable cluster" constant off: otherwise it rewrites 127.0.0.1 to the host's primary address and
       every gRPC server listens on the wildcard address; with 127.0.0.1 kept, all of them bind loopback;
-    - Ray's NPU detection silenced: with no real Ascend stack it logs a traceback while the node starts.
+    - Ray's NPU detection silenced: with no real Ascend stack it logs a traceback while the node starts;
+    - no autoscaler monitor, no API server (``LEAN_HEAD``): one fixed node scales nothing, and npusim uses no
+      HTTP API or job submission. Each is a Python process (~0.5 s of CPU), and ``ray.init`` polls until the API
+      server registers, before it starts the raylet: 0.6-1.8 s (docs/performance.md, issue 26).
     """
     from ray._private import ray_constants
     saved = {k: os.environ.get(k) for k in ("ASCEND_RT_VISIBLE_DEVICES", reaper.ENV,
@@ -152,6 +158,10 @@ def _ray_start_environment(token: str):
     os.environ[reaper.ENV] = token
     cluster = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
+    from ray._private.node import Node
+    head = {name: Node.__dict__[name] for name in LEAN_HEAD}
+    for name in LEAN_HEAD:
+        setattr(Node, name, lambda self, *args, **kwargs: None)
     npu_log = logging.getLogger("ray._private.accelerators.npu")
     level = npu_log.level
     npu_log.setLevel(logging.CRITICAL)
@@ -159,6 +169,8 @@ def _ray_start_environment(token: str):
         yield
     finally:
         npu_log.setLevel(level)
+        for name, method in head.items():
+            setattr(Node, name, method)
         ray_constants.ENABLE_RAY_CLUSTER = cluster
         for key, value in saved.items():
             if value is None:
