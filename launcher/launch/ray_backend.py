@@ -84,7 +84,7 @@ ISOLATED_UP_TO = 16        # worlds up to this many cards get a worker per card 
 
 def cards_per_host(world: int, nproc: int, faults: str = "") -> int:
     """How many of a node's cards share one Ray worker (a ``CardHost``, rt/ray/actor.py): all of a node's, since a
-    Ray worker costs ~0.3 s of CPU to boot before any card code runs and ~60 MiB — eight of them took 3.4-5.7 s
+    Ray worker costs ~0.3 s of CPU to boot before any card code runs and ~60 MiB — eight of them took 3.4-8.3 s
     from request to serving on this 2-core machine, one host of eight 0.35-1.0 s (docs/performance.md, issue 26).
     Except when the job injects ``kill_card`` (``faults``: its NPUSIM_FAULTS) into a world of at most
     ISOLATED_UP_TO cards: then one worker per card, so the card killed dies alone, as on real hardware.

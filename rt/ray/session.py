@@ -131,9 +131,6 @@ def _session_processes(node) -> list[int]:
     return pids
 
 
-LEAN_HEAD = ("start_monitor", "start_api_server")     # Ray's Node methods the embedded session skips (below)
-
-
 @contextlib.contextmanager
 def _ray_start_environment(token: str):
     """What ``ray.init`` must see to start a session of simulated cards, undone once Ray's processes exist
@@ -146,9 +143,8 @@ def _ray_start_environment(token: str):
     - Ray's "enable cluster" constant off: otherwise it rewrites 127.0.0.1 to the host's primary address and
       every gRPC server listens on the wildcard address; with 127.0.0.1 kept, all of them bind loopback;
     - Ray's NPU detection silenced: with no real Ascend stack it logs a traceback while the node starts;
-    - no autoscaler monitor, no API server (``LEAN_HEAD``): one fixed node scales nothing, and npusim uses no
-      HTTP API or job submission. Each is a Python process (~0.5 s of CPU), and ``ray.init`` polls until the API
-      server registers, before it starts the raylet: 0.6-1.8 s (docs/performance.md, issue 26).
+    - no autoscaler monitor, no API server (one fixed node scales nothing; npusim uses no HTTP API or job submission):
+      two Python processes (~0.5 s of CPU each) and ``ray.init``'s poll for the API server, 0.6-1.8 s (issue 26).
     """
     from ray._private import ray_constants
     saved = {k: os.environ.get(k) for k in ("ASCEND_RT_VISIBLE_DEVICES", reaper.ENV,
@@ -159,8 +155,8 @@ def _ray_start_environment(token: str):
     cluster = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
     from ray._private.node import Node
-    head = {name: Node.__dict__[name] for name in LEAN_HEAD}
-    for name in LEAN_HEAD:
+    head = {name: Node.__dict__[name] for name in ("start_monitor", "start_api_server")}
+    for name in head:
         setattr(Node, name, lambda self, *args, **kwargs: None)
     npu_log = logging.getLogger("ray._private.accelerators.npu")
     level = npu_log.level
@@ -378,7 +374,6 @@ def wait_cards(cards: "CardSet", timeout: float = 60.0, on_ready=None, every: fl
             raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR,
                            f"cards {missing} of node {node} did not start within {timeout:.0f} s (not enough free "
                            f"'NPU' resources on that Ray node? available: {ray.available_resources().get('NPU', 0)})")
-
 
 
 def destroy_cards(cards: CardSet) -> None:
