@@ -171,6 +171,7 @@ class _Keeper:
 
 
 _keeper_lock = threading.Lock()
+_start_lock = threading.Lock()               # one server start at a time: a rank asking during prestart() waits
 _keeper_obj: _Keeper | None = None
 _server: ForkServer | None = None            # numpy, rt, hccl pre-imported: every rank
 _torch_server: ForkServer | None = None      # torch and torch_npu too: ranks of programs that import torch
@@ -218,20 +219,31 @@ def server_for(argv, env: dict) -> ForkServer | None:
         return None
     torch = (os.environ.get("NPUSIM_FORK_TORCH", "1") != "0" and env.get("NPUSIM_FORK_TORCH") != "0"
              and imports_torch(argv))
-    with _keeper_lock:
-        server = _torch_server if torch else _server
-    if server is None or not server.alive:
-        if len(argv) < 3 or argv[1] != "-u":
-            return None
-        try:
-            server = ForkServer(argv[0], env, TORCH_PRELOAD if torch else ())
-        except (OSError, RuntimeError):
-            return None
+    with _start_lock:
         with _keeper_lock:
-            if torch:
-                old, _torch_server = _torch_server, server
-            else:
-                old, _server = _server, server
-        if old is not None:
-            old.close()
+            server = _torch_server if torch else _server
+        if server is None or not server.alive:
+            if len(argv) < 3 or argv[1] != "-u":
+                return None
+            try:
+                server = ForkServer(argv[0], env, TORCH_PRELOAD if torch else ())
+            except (OSError, RuntimeError):
+                return None
+            with _keeper_lock:
+                if torch:
+                    old, _torch_server = _torch_server, server
+                else:
+                    old, _server = _server, server
+            if old is not None:
+                old.close()
     return server if server.suits(argv, env) else None
+
+
+def prestart(argv, env: dict) -> threading.Thread:
+    """Start, in a thread, the server that ranks running ``argv`` with environment ``env`` will ask for, so that
+    its imports (numpy, rt, hccl; torch for a torch program) overlap what the caller does meanwhile — ``launch``:
+    Ray's start. A rank that asks before it is ready waits for it (``server_for``); a failed start leaves the
+    ranks to start it again or run fresh (``server_for`` returns None rather than raise)."""
+    thread = threading.Thread(target=server_for, args=(argv, env), name="npusim-forkserver-prestart", daemon=True)
+    thread.start()
+    return thread

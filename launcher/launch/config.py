@@ -317,17 +317,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def common_rank_env(rc: RunConfig) -> dict:
+    """What every rank's environment has before its own variables: also what its fork server starts with."""
+    env = dict(rc.env)
+    env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: N ranks must not each spawn a thread per core
+    # npusim's own directory, so ranks import the same npusim as the launcher whether or not it is installed; after
+    # the user's own entries: a real pyACL that CANN's set_env.sh put there is imported before npusim's.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), callsite.ROOT) if p)
+    return env
+
+
 def rank_env(rc: RunConfig, rank: int, *, job_id: str, attempt: int, rank_table_file: str,
              node_extra: dict, master: tuple[str, int] = ("127.0.0.1", 29500)) -> dict:
     """The environment of one rank process (DESIGN §5); node_extra adds NPUSIM_CARD_DIR etc.;
     ``master`` is torch's (MASTER_ADDR, MASTER_PORT)."""
     node = rc.node_of(rank)
     local = rc.local_rank_of(rank)
-    env = dict(rc.env)
-    env.setdefault("OMP_NUM_THREADS", "1")  # as torchrun: N ranks must not each spawn a thread per core
-    # npusim's own directory, so ranks import the same npusim as the launcher whether or not it is installed; after
-    # the user's own entries: a real pyACL that CANN's set_env.sh put there is imported before npusim's.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), callsite.ROOT) if p)
+    env = common_rank_env(rc)
     env.update({
         "RANK": str(rank), "LOCAL_RANK": str(local), "WORLD_SIZE": str(rc.world_size),
         "LOCAL_WORLD_SIZE": str(rc.nproc), "NODE_RANK": str(node), "GROUP_RANK": str(node),

@@ -22,6 +22,8 @@ from rt.constants import AclErrorCode
 from rt.errors import AclError
 
 from ..agent import NodeAgent
+from ..forkserver import client as forkserver
+from .config import common_rank_env
 from .progress import JoinProgress
 
 AGENT_START_TIMEOUT = 60.0
@@ -77,17 +79,22 @@ def check_world_fits(nnodes: int, nproc: int, per_host: int = 1) -> None:
                    f"available ({mem.describe()}); lower --nnodes or --nproc")
 
 
-HOST_CARDS_ABOVE = 16      # worlds with more cards boot each node's cards in one Ray worker (rt/ray/actor.py)
+ISOLATED_UP_TO = 16        # worlds up to this many cards get a worker per card when a fault kills one card
 
 
-def cards_per_host(world: int, nproc: int) -> int:
-    """How many of a node's cards share one Ray worker: one each up to HOST_CARDS_ABOVE cards in the world (a
-    card that dies takes only itself), all of a node's above (a Ray worker boots in ~0.7 s of CPU and holds
-    ~60 MiB: 64 of them are ~45 s of boot on two cores). ``NPUSIM_CARDS_PER_HOST=k`` overrides."""
+def cards_per_host(world: int, nproc: int, faults: str = "") -> int:
+    """How many of a node's cards share one Ray worker (a ``CardHost``, rt/ray/actor.py): all of a node's, since a
+    Ray worker costs ~0.3 s of CPU to boot before any card code runs and ~60 MiB — eight of them took 3.4-8.3 s
+    from request to serving on this 2-core machine, one host of eight 0.35-1.0 s (docs/performance.md, issue 26).
+    Except when the job injects ``kill_card`` (``faults``: its NPUSIM_FAULTS) into a world of at most
+    ISOLATED_UP_TO cards: then one worker per card, so the card killed dies alone, as on real hardware.
+    ``NPUSIM_CARDS_PER_HOST=k`` overrides (1: a Ray worker per card)."""
     text = os.environ.get("NPUSIM_CARDS_PER_HOST", "").strip()
     if text:
         return args.integer(int(text) if text.isdigit() else text, "launch", "NPUSIM_CARDS_PER_HOST", lo=1, hi=64)
-    return nproc if world > HOST_CARDS_ABOVE else 1
+    if "kill_card" in faults and world <= ISOLATED_UP_TO:
+        return 1
+    return nproc
 
 
 def simulate_nodes(node: dict, nnodes: int) -> list[dict]:
@@ -109,7 +116,8 @@ class RayBackend:
         import ray
 
         self._ray, self._session, self._pool, self._rc = ray, session, pool, rc
-        self._per_host = cards_per_host(rc.world_size, rc.nproc)   # read (and checked) once, before Ray starts
+        # read (and checked) once, before Ray starts
+        self._per_host = cards_per_host(rc.world_size, rc.nproc, rc.env.get("NPUSIM_FAULTS") or "")
         self.agents: list = []    # per node: a NodeAgent here (the launcher's node) or a Ray actor handle
         self._local: set = set()  # indices of the nodes whose agent runs in this process
         self._news = threading.Event()  # set by the in-process agents when they have news for poll()
@@ -125,6 +133,9 @@ class RayBackend:
             self._connected_here, where = True, rc.address
         else:
             check_world_fits(rc.nnodes, rc.nproc, self._per_host)
+            # The ranks run here (this node's agent is in this process): their fork server imports while Ray starts.
+            if os.path.isdir(rc.cwd):
+                forkserver.prestart((rc.python, "-u", *rc.program), common_rank_env(rc))
             session.start_local_ray(rc.hw, nodes=rc.nnodes)
             self._started_here, where = True, "the embedded local session"
         # Warm cards only pay off in a session that outlives this job: the caller's (a test fixture, a notebook).

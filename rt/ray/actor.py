@@ -1,12 +1,14 @@
 """The Ray actor shells: ``CardActor`` around one ``Card`` (builds it, serves its Unix socket, links its
-peers), ``CardHost`` around several (a large world's cards, booted in one Ray worker per node), and
+peers), ``CardHost`` around several (a node's cards, booted in one Ray worker), and
 ``JobBoard``, where the cards of one job meet (``rt/rendezvous.py`` as a job-wide actor, for the packages that
 extend the card).
 
-How cards map to processes: one card per Ray worker by default — a card that dies (a crash, ``kill_card``)
-takes only itself — and, for worlds too large for that (a Ray worker boots in ~0.7 s of CPU and holds ~60 MiB),
-one ``CardHost`` per simulated node holding all its cards: each card keeps its own memory, streams, socket
-and serving threads exactly as in its own process, but they share the host's process (and die together)."""
+How cards map to processes (``launcher/launch/ray_backend.py``'s ``cards_per_host``): ``launch`` boots a node's
+cards in one ``CardHost`` — a Ray worker costs ~0.3 s of CPU to boot before any card code runs and ~60 MiB, and
+eight of them took seconds on a 2-core laptop — where each card keeps its own memory, streams, socket and serving
+threads exactly as in its own process, but they share the host's process (and die together). A ``CardActor``
+per card (a card that dies takes only itself) where isolation matters: a job injecting ``kill_card``,
+``NPUSIM_CARDS_PER_HOST=1``, and the warm cards of a long-lived session (``pool.py``)."""
 
 from __future__ import annotations
 

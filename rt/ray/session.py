@@ -142,7 +142,9 @@ def _ray_start_environment(token: str):
     - the reaper tag, inherited by exactly Ray's processes and what they start;
     - Ray's "enable cluster" constant off: otherwise it rewrites 127.0.0.1 to the host's primary address and
       every gRPC server listens on the wildcard address; with 127.0.0.1 kept, all of them bind loopback;
-    - Ray's NPU detection silenced: with no real Ascend stack it logs a traceback while the node starts.
+    - Ray's NPU detection silenced: with no real Ascend stack it logs a traceback while the node starts;
+    - no autoscaler monitor, no API server (one fixed node scales nothing; npusim uses no HTTP API or job submission):
+      two Python processes (~0.5 s of CPU each) and ``ray.init``'s poll for the API server, 0.6-1.8 s (issue 26).
     """
     from ray._private import ray_constants
     saved = {k: os.environ.get(k) for k in ("ASCEND_RT_VISIBLE_DEVICES", reaper.ENV,
@@ -152,6 +154,10 @@ def _ray_start_environment(token: str):
     os.environ[reaper.ENV] = token
     cluster = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
+    from ray._private.node import Node
+    head = {name: Node.__dict__[name] for name in ("start_monitor", "start_api_server")}
+    for name in head:
+        setattr(Node, name, lambda self, *args, **kwargs: None)
     npu_log = logging.getLogger("ray._private.accelerators.npu")
     level = npu_log.level
     npu_log.setLevel(logging.CRITICAL)
@@ -159,6 +165,8 @@ def _ray_start_environment(token: str):
         yield
     finally:
         npu_log.setLevel(level)
+        for name, method in head.items():
+            setattr(Node, name, method)
         ray_constants.ENABLE_RAY_CLUSTER = cluster
         for key, value in saved.items():
             if value is None:
@@ -366,7 +374,6 @@ def wait_cards(cards: "CardSet", timeout: float = 60.0, on_ready=None, every: fl
             raise AclError(E.ACL_ERROR_RT_DEV_SETUP_ERROR,
                            f"cards {missing} of node {node} did not start within {timeout:.0f} s (not enough free "
                            f"'NPU' resources on that Ray node? available: {ray.available_resources().get('NPU', 0)})")
-
 
 
 def destroy_cards(cards: CardSet) -> None:

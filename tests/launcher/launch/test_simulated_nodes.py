@@ -27,7 +27,7 @@ def launch(*argv, timeout=230, **env):
 
 @pytest.mark.parametrize("per_host", ["1", "4"], ids=["a-worker-per-card", "a-card-host-per-node"])
 def test_two_simulated_nodes_run_every_collective_across_nodes(per_host, collectives_check):
-    """Also with each node's cards in one Ray worker (a CardHost: what worlds above 16 cards get)."""
+    """Also with each node's cards in one Ray worker (a CardHost: what launch gives by default)."""
     proc = launch("--nnodes", 2, "--nproc", 4, "--timeout", 200, collectives_check.script, HCCL_EXEC_TIMEOUT="60",
                   NPUSIM_CARDS_PER_HOST=per_host)
     collectives_check.assert_ran(proc)

@@ -36,9 +36,16 @@ def test_a_world_that_fits_passes(monkeypatch):
     ray_backend.check_world_fits(32, 8, per_host=8)
 
 
-def test_cards_share_a_host_above_16_and_the_override_is_checked(monkeypatch):
+def test_a_nodes_cards_share_a_host_unless_one_is_killed_and_the_override_is_checked(monkeypatch):
     monkeypatch.delenv("NPUSIM_CARDS_PER_HOST", raising=False)
-    assert ray_backend.cards_per_host(16, 8) == 1 and ray_backend.cards_per_host(64, 8) == 8
+    assert ray_backend.cards_per_host(8, 8) == 8 and ray_backend.cards_per_host(16, 4) == 4
+    assert ray_backend.cards_per_host(64, 8) == 8
+    kill = "kill_card:card=1:collective=2"          # the card killed must die alone: a worker per card
+    assert ray_backend.cards_per_host(8, 8, kill) == 1 and ray_backend.cards_per_host(16, 8, f"delay:ms=5;{kill}") == 1
+    assert ray_backend.cards_per_host(8, 8, "kill:rank=1:collective=2") == 8
+    assert ray_backend.cards_per_host(64, 8, kill) == 8            # too many workers to boot: hosts as before
+    monkeypatch.setenv("NPUSIM_CARDS_PER_HOST", "1")
+    assert ray_backend.cards_per_host(8, 8) == 1 and ray_backend.cards_per_host(64, 8) == 1
     monkeypatch.setenv("NPUSIM_CARDS_PER_HOST", "4")
     assert ray_backend.cards_per_host(8, 8) == 4
     for bad in ("abc", "0", "65"):
