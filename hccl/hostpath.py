@@ -35,6 +35,7 @@ import numpy as np
 from rt.errors import NpuError
 from rt.wire.segment import close_fds, map_received
 
+from . import hostsched
 from .errors import HcclError
 from .protocol.ctrlblock import ARRIVED, DONE, SLOT_WORDS, ControlBlock, WaitAbort, wait_until
 from .protocol.staged import fast_reduce, fits_stage, stage_out, stage_source
@@ -75,6 +76,8 @@ class Prepared:
     """What the host path computes once per call signature (``handle.Call``): the views of the call's buffers
     (valid while the context forgets no allocation), the stage areas it writes and reads, and the
     length-prefixed fingerprint bytes it publishes."""
+
+    large = False                       # a small collective (``hostsched.LargePrepared``: a large one)
 
     def __init__(self, path: HostPath, call):
         ctrl, rank, op, p = path.ctrl, path.comm.rank, call.op, call.params
@@ -120,6 +123,8 @@ class HostPath:
         self.done = 0                   # collectives completed in this process
         self.handed = 0                 # started here, finished by the card
         self.handed_task = None         # the stream task the last call's rest went to (None: done here)
+        self.sched_config = None        # the card's schedule inputs, for large collectives (hostsched.py)
+        self.segments: dict = {}        # (card, segment) -> peers' card memory mapped here (hostsched.py)
 
     @classmethod
     def build(cls, comm) -> HostPath | None:
@@ -141,11 +146,11 @@ class HostPath:
             return None
         return cls(comm, ControlBlock(arr, comm.size))
 
-    def prepare(self, call) -> Prepared | None:
-        """What this call signature needs here, or None: it never runs on the host path (too large, an
-        algorithm asked for)."""
+    def prepare(self, call):
+        """What this call signature needs here (``Prepared``; too large for the stages:
+        ``hostsched.LargePrepared``), or None: it never runs on the host path."""
         if not fits_stage(call.op, call.params, self.comm.size):
-            return None
+            return hostsched.prepare(self, call)
         return Prepared(self, call)
 
     def run(self, stream, seq: int, call, params: dict) -> bool:
@@ -173,6 +178,8 @@ class HostPath:
             devmap.leave()
 
     def _run(self, stream, seq, prep, call, params) -> bool:
+        if prep.large:
+            return hostsched.run(self, stream, seq, prep, call, params)
         ctrl, rank = self.ctrl, self.comm.rank
         words, slot = ctrl.words, rank * SLOT_WORDS
         client = stream.ctx.client

@@ -124,6 +124,19 @@ class DeviceMap:
         base = off + (ptr - start)
         return self._segments[seg][base: base + nbytes]
 
+    def where(self, ptr: int, nbytes: int) -> tuple[int, int] | None:
+        """``(segment id, offset)`` on the card of ``[ptr, ptr + nbytes)`` — what the card's ``locate`` answers —
+        if it lies inside one of our live allocations already viewed (:meth:`view`), else None."""
+        with self._lock:
+            i = bisect.bisect_right(self._starts, ptr) - 1
+            if i < 0:
+                return None
+            start = self._starts[i]
+            if ptr + nbytes > start + self._sizes[start]:
+                return None
+            where = self._resolved.get(start)
+        return None if where is None else (where[0], where[1] + ptr - start)
+
     def _resolve(self, start: int) -> tuple[int, int] | None:
         """Ask the card where allocation ``start`` lives; map its segment (fd sent with the reply)."""
         reply, fds = self.client.call("locate_own", start, want_fds=True)
