@@ -117,8 +117,8 @@ def run(path, stream, seq: int, prep: LargePrepared, call, params) -> bool:
             arrays = _arrays(path, prep)
         except (NpuError, OSError):
             return _hand_over(*here, target, 0, False)
-        for si, step in enumerate(prep.sched.steps):
-            run_step(step, rank, arrays, prep.rop)
+        for si in range(len(prep.sched.steps)):
+            run_step(prep.sched, si, rank, arrays, prep.rop)
             target = ctrl.arrive(rank)
             if not _wait(path, target, MID_WAIT):
                 return _hand_over(*here, target, si + 1, True)

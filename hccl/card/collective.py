@@ -120,7 +120,7 @@ def _after_arrival(ep: Endpoint, seq: int, op: str, p: dict, sched, fps, start: 
         for si in range(start, len(sched.steps)):
             full_step = sched.steps[si]
             fetched = _remote_step(ep, si, seq, full_step, arrays, what) if ep.hub is not None else None
-            run_step(full_step, ep.rank, arrays, rop, fetched)
+            run_step(sched, si, ep.rank, arrays, rop, fetched)
             ep.barrier(what, seq)
             step_ends.append(time.monotonic_ns())
         if not sched.steps:

@@ -117,3 +117,43 @@ def test_mismatched_large_calls_fail_on_every_rank_and_the_comm_recovers(cards):
         assert len(rep["errors"]) == 1, (r, rep)
         code, message = rep["errors"][0]
         assert code == E_PARA and "different collectives" in message and "count=163846" in message, message
+
+
+# ---------------------------------------------------------------------- the step code, without Ray
+@pytest.mark.parametrize("algo", ["mesh", "ring", "hd"])
+@pytest.mark.parametrize("n", [4, 8])
+def test_chunked_steps_give_the_bits_of_the_reference_executor(algo, n, monkeypatch):
+    """``algos.steps.run_step`` (card and host) in small chunks, rank after rank, equals ``run_numpy`` bit for bit,
+    out of place and, for all_reduce, in place."""
+    import numpy as np
+
+    from hccl import algos
+    from hccl.algos import steps
+
+    monkeypatch.setattr(steps, "CHUNK_BYTES", 64)
+    rng = np.random.default_rng(n)
+    count = 1003
+    for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter", "all_to_all"):
+        if not algos.supports(algo, op):
+            continue
+        kw = {"root": n - 1} if op in ("broadcast", "reduce", "scatter") else {}
+        sched = algos.build(op, algo, n, count, **kw)
+        sizes = algos.buffer_sizes(op, n, count, tmp_count=sched.tmp_count, **kw)
+        for in_place in ((False, True) if op == "all_reduce" else (False,)):
+            sends = [rng.standard_normal(s["send"]).astype(np.float32) if s["send"] else None for s in sizes]
+            recvs = [sends[r] if in_place else np.zeros(s["recv"], np.float32) if s["recv"] else None
+                     for r, s in enumerate(sizes)]
+            if op == "broadcast":
+                recvs = [rng.standard_normal(s["recv"]).astype(np.float32) for s in sizes]
+            want = algos.run_numpy(sched, [None if a is None else a.copy() for a in sends],
+                                   [None if a is None else a.copy() for a in recvs])
+            empty = np.empty(0, np.float32)
+            arrays = {r: {"send": empty if sends[r] is None else sends[r],
+                          "recv": empty if recvs[r] is None else recvs[r],
+                          "tmp": np.zeros(sched.tmp_count, np.float32)} for r in range(n)}
+            for si in range(len(sched.steps)):
+                for r in range(n):
+                    steps.run_step(sched, si, r, arrays, 0)
+            for r in range(n):
+                if want[r] is not None:
+                    assert np.array_equal(arrays[r]["recv"], want[r]), (op, algo, n, in_place, r)
