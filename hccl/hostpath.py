@@ -22,7 +22,8 @@ sleepers once, and a waiter yields its core before it sleeps only while that pay
 
 Only communicators with one rank in this process use it (a process driving several ranks from one
 thread, as ``comm_init_all`` does, must never block in one rank's call), and only buffers this process
-allocated itself (``rt.host.hostview.DeviceMap``); everything else goes to the card.
+allocated itself (``rt.host.hostview.DeviceMap``); everything else goes to the card. Collectives too large
+for the stages run here on the same conditions, as the card's schedule (``hostsched.py``).
 """
 
 from __future__ import annotations
