@@ -6,9 +6,9 @@ control block this card holds), ``hccl_share`` (the rank's own process maps the 
 host path), ``hccl_segment`` (the rank's own process maps a card segment of the node, for large collectives it
 runs itself) and ``hccl_destroy``; tasks ``hccl_collective``, ``hccl_finish`` (the rest of a small collective
 the host path started), ``hccl_resume`` (the rest of a large one) and ``hccl_p2p`` — each named in the tables
-of ``HcclExtension.__init__``, the tasks run
-by ``collective.py`` and ``p2p.py``. Per card it keeps the communicator endpoints (``endpoint.py``), the
-control blocks it holds, and a cache of schedules. Environment-controlled behaviour (timeouts,
+of ``HcclExtension.__init__``, the tasks run by ``collective.py`` and ``p2p.py``. Per card it keeps the
+communicator endpoints (``endpoint.py``) and the control blocks it holds; schedules are built once per
+signature (``algos.select.for_call``). Environment-controlled behaviour (timeouts,
 ``HCCL_ALGO``) comes from the *calling process's* environment, sent along with each init.
 """
 

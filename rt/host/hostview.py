@@ -1,7 +1,7 @@
 """Host-side views of a context's own device memory, for work the host may do on the card's behalf.
 
 The card owns the memory; this process maps the same shared-memory segments (fds passed once over the
-channel) so that a fast path running in the host process — small collectives on an idle stream, see
+channel) so that a fast path running in the host process — collectives on an idle stream, see
 ``hccl/hostpath.py`` — reads and writes exactly the bytes a stream task would. Only allocations this
 context made and has not freed are ever viewed: anything else (another process's buffer, a freed or
 out-of-range pointer) returns None and the caller takes the card path, where the card's memory checker
