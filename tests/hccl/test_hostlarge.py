@@ -92,6 +92,17 @@ def test_ranks_with_the_host_path_off_interoperate(cards):
 
 
 @pytest.mark.ray
+def test_a_hand_over_between_steps_continues_from_the_next_step(cards):
+    """With no wait at the step barriers (``hostsched.MID_WAIT = 0`` in the ranks), ranks hand the rest of most
+    collectives to their cards after a step (``hccl_resume`` with start > 0): the results stay exact."""
+    reports = _ranks(cards, "midway")
+    for r, rep in enumerate(reports):
+        assert rep["bad"] == [], (r, rep["bad"])
+    assert sum(rep["host"]["handed"] for rep in reports) >= 4 * N, reports
+    assert len({rep["digest"] for rep in reports}) == 1
+
+
+@pytest.mark.ray
 def test_late_peer_hands_the_rest_over_to_the_card(cards):
     reports = _ranks(cards, "late", NPUSIM_HCCL_HOST_WAIT_MS="5")
     for r, rep in enumerate(reports):
