@@ -24,7 +24,8 @@ Across nodes a rank follows the node-staged protocol instead (``protocol/nodesta
 stages in its node's control block and takes its result from there; its node's leader hands the round across
 nodes to its card. Only communicators with one rank in this process use it (a process driving several ranks from one
 thread, as ``comm_init_all`` does, must never block in one rank's call), and only buffers this process
-allocated itself (``rt.host.hostview.DeviceMap``); everything else goes to the card.
+allocated itself (``rt.host.hostview.DeviceMap``); everything else goes to the card. Collectives too large
+for the stages run here on the same conditions, as the card's schedule (``hostsched.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import numpy as np
 from rt.errors import NpuError
 from rt.wire.segment import close_fds, map_received
 
+from . import hostsched
 from .errors import HcclError
 from .protocol.ctrlblock import ARRIVED, DONE, SLOT_WORDS, ControlBlock, WaitAbort, wait_until
 from .protocol.nodestaged import HostNode
@@ -79,6 +81,8 @@ class Prepared:
     """What the host path computes once per call signature (``handle.Call``): the views of the call's buffers
     (valid while the context forgets no allocation), the stage areas it writes and reads, and the
     length-prefixed fingerprint bytes it publishes."""
+
+    large = False                       # a small collective (``hostsched.LargePrepared``: a large one)
 
     def __init__(self, path: HostPath, call):
         ctrl, rank, op, p = path.ctrl, path.comm.rank, call.op, call.params
@@ -130,6 +134,8 @@ class HostPath:
         self.handed = 0                 # started here, finished by the card
         self.handed_task = None         # the stream task the last call's rest went to (None: done here)
         self.node = None                # across nodes: its part of the node-staged protocol (``HostNode``)
+        self.sched_config = None        # the card's schedule inputs, for large collectives (hostsched.py)
+        self.segments: dict = {}        # (card, segment) -> peers' card memory mapped here (hostsched.py)
 
     @classmethod
     def build(cls, comm) -> HostPath | None:
@@ -154,11 +160,11 @@ class HostPath:
             path.node = HostNode(comm, path.wait)
         return path
 
-    def prepare(self, call) -> Prepared | None:
-        """What this call signature needs here, or None: it never runs on the host path (too large, an
-        algorithm asked for)."""
+    def prepare(self, call):
+        """What this call signature needs here (``Prepared``; too large for the stages on one node:
+        ``hostsched.LargePrepared``), or None: it never runs on the host path."""
         if not fits_stage(call.op, call.params, self.comm.size, across_nodes=self.node is not None):
-            return None
+            return None if self.node is not None else hostsched.prepare(self, call)
         return Prepared(self, call)
 
     def run(self, stream, seq: int, call, params: dict) -> bool:
@@ -188,6 +194,8 @@ class HostPath:
     def _run(self, stream, seq, prep, call, params) -> bool:
         if self.node is not None:
             return self.node.run(self, stream, seq, prep, call, params)
+        if prep.large:
+            return hostsched.run(self, stream, seq, prep, call, params)
         ctrl, rank = self.ctrl, self.comm.rank
         words, slot = ctrl.words, rank * SLOT_WORDS
         client = stream.ctx.client

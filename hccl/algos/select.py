@@ -22,7 +22,7 @@ import functools
 
 
 from ..errors import HcclError
-from ..types import HcclResult
+from ..types import HcclResult, hccl_np_dtype
 from . import hd, hierarchical, mesh, ring
 from .schedule import OPS, Schedule
 
@@ -215,3 +215,22 @@ def build(op: str, algo: str, world_size: int, count: int, **kw) -> Schedule:
 def _build_cached(op: str, algo: str, world_size: int, count: int, kw: tuple) -> Schedule:
     # Schedules are immutable, so a communicator repeating a collective reuses the same one.
     return getattr(ALGORITHMS[algo], op)(world_size, count, **dict(kw))
+
+
+def for_call(op: str, n: int, p: dict, nodes: int, topology: str, ring_threshold: int) -> Schedule:
+    """The schedule of collective ``op`` (any but all_to_all_v) with a call's parameters ``p`` (count, dtype,
+    root, algo) on ``n`` ranks over ``nodes`` nodes, under a card's ``topology`` and ``ring_threshold_bytes``:
+    what a card runs, and what the rank's own process runs in its place (``hccl/hostsched.py``) — one choice."""
+    nbytes = p["count"] * hccl_np_dtype(p["dtype"]).itemsize
+    return _for_call(op, n, p["count"], p.get("root"), p.get("algo") or "", nodes, nbytes, topology, ring_threshold)
+
+
+@functools.lru_cache(maxsize=256)
+def _for_call(op, n, count, root, algo_text, nodes, nbytes, topology, ring_threshold):
+    thresholds = {k: ring_threshold for k in ("all_reduce", "all_gather", "reduce_scatter")} if ring_threshold else {}
+    algo, params = choose(op, n, nbytes, nodes=nodes, topology=topology, hccl_algo=algo_text or None,
+                          thresholds=thresholds)
+    kw = dict(params)
+    if root is not None:
+        kw["root"] = root
+    return build(op, algo, n, count, **kw)

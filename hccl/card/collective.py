@@ -18,19 +18,20 @@ import numpy as np
 
 from rt.card.queues import annotate, current_note
 
+from ..algos.steps import run_step
 from ..errors import HcclError, who_called
 from ..protocol import nodestaged
 from ..protocol.ctrlblock import ARRIVED, BUF0, CARD, DONE, V_RCOUNT, V_SCOUNT, V_SDISPL
 from ..protocol.staged import (fits_stage, split_gather, split_own, split_reduce, stage_agrees, stage_in, stage_out,
                                stage_source)
-from ..types import HcclResult, apply_reduce, hccl_np_dtype
+from ..types import HcclResult, hccl_np_dtype
 from .endpoint import Endpoint
 
 
 def run(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
     """Run collective ``op`` #seq on endpoint ``ep``; ``views`` are its rank's buffers as (seg, off, nbytes)."""
     what = f"{op} #{seq} on comm '{ep.comm_id}' (rank {ep.rank})"
-    ctrl, me = ep.ctrl, ep.ctrl.slots[ep.rank]
+    ctrl = ep.ctrl
     dtype = hccl_np_dtype(p["dtype"])
     if fits_stage(op, p, ep.n, across_nodes=ep.hub is not None):
         annotate(comm=ep.comm_id, seq=seq, op=op, algo="staged")
@@ -43,26 +44,54 @@ def run(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
         annotate(comm=ep.comm_id, seq=seq, op=op, algo=sched.algo, steps=[])
         if sched.tmp_count:
             views = dict(views, tmp=ep.scratch(sched.tmp_count * dtype.itemsize))
-    fp = p["fingerprint"]
-    ctrl.set_fingerprint(ep.rank, seq, fp)
+    publish(ctrl, ep.rank, seq, op, p, views)
+    if ep.hub is not None:
+        # every rank (all nodes) has called collective seq (or it raises, naming who called what)
+        nodestaged.arrive(ep, seq, what)
+        fps = [p["fingerprint"]]
+    else:
+        ep.barrier(what, seq)                # everyone has published seq
+        fps = [ctrl.fingerprint(r, seq) for r in range(ep.n)]
+    _after_arrival(ep, seq, op, p, sched, fps, 0, what)
+
+
+def publish(ctrl, rank: int, seq: int, op: str, p: dict, views: dict) -> None:
+    """Rank's arrival at collective ``seq``: its fingerprint, its buffers (seg, off, nbytes), all_to_all_v's
+    counts, then ARRIVED. The card's and the host's (``hccl/hostsched.py``) large collectives start alike."""
+    me = ctrl.slots[rank]
+    ctrl.set_fingerprint(rank, seq, p["fingerprint"])
     for i, name in enumerate(("send", "recv", "tmp")):
         seg = views.get(name)
         me[BUF0 + 3 * i: BUF0 + 3 * i + 3] = seg if seg is not None else (-1, 0, 0)
     if op == "all_to_all_v":
-        for peer in range(ep.n):
-            ctrl.pairs[ep.rank, peer, V_SCOUNT] = p["send_counts"][peer]
-            ctrl.pairs[ep.rank, peer, V_SDISPL] = p["sdispls"][peer]
-            ctrl.pairs[peer, ep.rank, V_RCOUNT] = p["recv_counts"][peer]
+        for peer in range(ctrl.n):
+            ctrl.pairs[rank, peer, V_SCOUNT] = p["send_counts"][peer]
+            ctrl.pairs[rank, peer, V_SDISPL] = p["sdispls"][peer]
+            ctrl.pairs[peer, rank, V_RCOUNT] = p["recv_counts"][peer]
     me[ARRIVED] = seq
-    if ep.hub is not None:
-        # every rank (all nodes) has called collective seq (or it raises, naming who called what)
-        nodestaged.arrive(ep, seq, what)
-        fps = [fp]
-    else:
-        ep.barrier(what, seq)                # everyone has published seq
-        fps = [ctrl.fingerprint(r, seq) for r in range(ep.n)]
+
+
+def resume(ep: Endpoint, seq: int, op: str, p: dict, views: dict, target: int, start: int, checked: bool) -> None:
+    """The rest of a large collective the rank's own process started (``hccl/hostsched.py``) and handed over:
+    it published ``seq`` and ran the steps before ``start``, each ending with its arrival at barrier phase
+    ``target`` (the first one: the arrival). Wait for that phase, check the calls agree unless ``checked``,
+    run the steps from ``start`` on — from there exactly as :func:`run`."""
+    what = f"{op} #{seq} on comm '{ep.comm_id}' (rank {ep.rank})"
+    sched = ep.service.schedule(op, ep.n, p, ep.nodes)
+    annotate(comm=ep.comm_id, seq=seq, op=op, algo=f"{sched.algo} (host handover at step {start})", steps=[])
+    ep.wait_phase(what, seq, target)
+    fps = None if checked else [ep.ctrl.fingerprint(r, seq) for r in range(ep.n)]
+    _after_arrival(ep, seq, op, p, sched, fps, start, what)
+
+
+def _after_arrival(ep: Endpoint, seq: int, op: str, p: dict, sched, fps, start: int, what: str) -> None:
+    """Every rank arrived (``fps``: what each called; None: already checked): check the calls agree, run the
+    steps from ``start`` on with a barrier after each, DONE."""
+    ctrl, me = ep.ctrl, ep.ctrl.slots[ep.rank]
     problem = None
-    if len(set(fps)) > 1:
+    if fps is None:
+        pass
+    elif len(set(fps)) > 1:
         problem = f"ranks called different collectives: {_group(fps)}"
     elif op == "all_to_all_v" and ep.hub is not None:     # every rank is here: all refuse alike
         me[DONE] = seq
@@ -79,6 +108,7 @@ def run(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
             ep.barrier(what, seq)            # (across nodes the hub holds the fingerprints: no barrier,
         me[DONE] = seq                       # as in _hub_staged, whichever path each rank took)
         raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{ep.comm_id}': {problem}")
+    dtype = hccl_np_dtype(p["dtype"])
     here = ep.members[ep.rank][0]
     arrays = {r: _rank_arrays(ep, r, dtype) if ep.members[r][0] == here or r == ep.rank else None
               for r in range(ep.n)}
@@ -91,19 +121,10 @@ def run(ep: Endpoint, seq: int, op: str, p: dict, views: dict) -> None:
     else:
         rop = p.get("op", 0)
         step_ends = current_note().get("steps", [])
-        for si, full_step in enumerate(sched.steps):
-            fetched = _remote_step(ep, si, seq, full_step, arrays, what) if ep.hub is not None else {}
-            for i, t in enumerate(full_step):
-                if t.dst != ep.rank:
-                    continue
-                if t.count:
-                    src = fetched[i] if i in fetched else \
-                        arrays[t.src][t.src_buf][t.src_off: t.src_off + t.count]
-                    dst = arrays[t.dst][t.dst_buf][t.dst_off: t.dst_off + t.count]
-                    if t.reduce:
-                        apply_reduce(rop, dst, src)
-                    elif dst.ctypes.data != src.ctypes.data:      # in-place calls: a region onto itself
-                        np.copyto(dst, src)
+        for si in range(start, len(sched.steps)):
+            full_step = sched.steps[si]
+            fetched = _remote_step(ep, si, seq, full_step, arrays, what) if ep.hub is not None else None
+            run_step(sched, si, ep.rank, arrays, rop, fetched)
             ep.barrier(what, seq)
             step_ends.append(time.monotonic_ns())
         if not sched.steps:

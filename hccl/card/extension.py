@@ -2,17 +2,18 @@
 
 Commands ``hccl_init`` (join a communicator: a rendezvous of every rank's card, bounded by
 ``HCCL_CONNECT_TIMEOUT``, naming the ranks that never joined), ``hccl_ctrl`` (a peer card asks for the
-control block this card holds), ``hccl_share`` (the rank's own process maps its node's control block,
-for the host path) and ``hccl_destroy``; tasks ``hccl_collective``, ``hccl_finish`` (the rest of a collective the
-host path started) and ``hccl_p2p`` — each named in the tables of ``HcclExtension.__init__``, the tasks run
-by ``collective.py`` and ``p2p.py``. Per card it keeps the communicator endpoints (``endpoint.py``), the
-control blocks it holds, and a cache of schedules. Environment-controlled behaviour (timeouts,
+control block this card holds), ``hccl_share`` (the rank's own process maps its node's control block, for
+the host path), ``hccl_segment`` (the rank's own process maps a card segment of the node, for large collectives it
+runs itself) and ``hccl_destroy``; tasks ``hccl_collective``, ``hccl_finish`` (the rest of a small collective
+the host path started), ``hccl_resume`` (the rest of a large one) and ``hccl_p2p`` — each named in the tables
+of ``HcclExtension.__init__``, the tasks run by ``collective.py`` and ``p2p.py``. Per card it keeps the
+communicator endpoints (``endpoint.py``) and the control blocks it holds; schedules are built once per
+signature (``algos.select.for_call``). Environment-controlled behaviour (timeouts,
 ``HCCL_ALGO``) comes from the *calling process's* environment, sent along with each init.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import time
@@ -27,7 +28,7 @@ from .. import algos
 from ..errors import HcclError
 from ..protocol.ctrlblock import CLOSED, HOST_GONE
 from ..transport.fabric import for_card
-from ..types import HcclResult, hccl_np_dtype
+from ..types import HcclResult
 from . import collective, faults, p2p
 from .endpoint import Endpoint
 
@@ -43,11 +44,13 @@ class HcclExtension(Extension):
             "hccl_init": self.c_init,
             "hccl_ctrl": self.c_ctrl,
             "hccl_share": self.c_share,
+            "hccl_segment": self.c_segment,
             "hccl_destroy": self.c_destroy,
         }
         self.tasks = {
             "hccl_collective": self.t_collective,
             "hccl_finish": self.t_finish,
+            "hccl_resume": self.t_resume,
             "hccl_p2p": self.t_p2p,
         }
         self.transport = for_card(card)
@@ -91,6 +94,19 @@ class HcclExtension(Extension):
         size, fds = self.card.peers.call(ep.leader_card, "hccl_ctrl", comm_id, ep.ctrl.raw.size, want_fds=True)
         return with_fds(size, fds, close=True)
 
+    def c_segment(self, conn, comm_id, rank, card_index, seg):
+        """For the rank's own process running a large collective (``hccl/hostsched.py``): segment ``seg`` of card
+        ``card_index`` of this node — this card's own, or relayed from that card (``export_segment``) — as its
+        size plus fd; with ``seg`` None, what this card's schedule choice depends on (``schedule_config``)."""
+        self.endpoint(comm_id, rank)            # only a member of a live communicator may map card memory
+        if seg is None:
+            return list(self.schedule_config())
+        if card_index == self.card.index:
+            segment = self.card.memory.segment(seg)
+            return with_fds(segment.size, [segment.fd])
+        size, fds = self.card.peers.call(card_index, "export_segment", seg, want_fds=True)
+        return with_fds(size, fds, close=True)
+
     def c_destroy(self, conn, comm_id, rank):
         with self.lock:
             ep = self.endpoints.pop((comm_id, rank), None)
@@ -113,6 +129,13 @@ class HcclExtension(Extension):
         ep = self.endpoint(comm_id, rank)
         views = self._views(buffers, op)
         return lambda: collective.staged_finish(ep, seq, op, params, views, target, phase)
+
+    def t_resume(self, conn, stream, comm_id, rank, seq, op, params, buffers, target, start, checked):
+        """The rest of a large collective the host started and handed over at barrier phase ``target``, before
+        step ``start`` (``collective.resume``)."""
+        ep = self.endpoint(comm_id, rank)
+        views = self._views(buffers, op)
+        return lambda: collective.resume(ep, seq, op, params, views, target, start, checked)
 
     def t_p2p(self, conn, stream, comm_id, rank, items, fault=None):
         """send/recv/batch_send_recv: items are [kind, peer, ptr, count, dtype, nbytes]; ``fault``: NPUSIM_FAULTS
@@ -235,21 +258,11 @@ class HcclExtension(Extension):
     # -- schedules ------------------------------------------------------------------------------------
     def schedule(self, op: str, n: int, p: dict, nodes: int):
         """The schedule of collective ``op`` (any but all_to_all_v, which has none: ``collective.py``) on ``n``
-        ranks over ``nodes`` nodes, chosen and built once per signature."""
-        dt = hccl_np_dtype(p["dtype"])
+        ranks over ``nodes`` nodes, chosen and built once per signature (``algos.select.for_call``)."""
+        return algos.select.for_call(op, n, p, nodes, *self.schedule_config())
+
+    def schedule_config(self) -> tuple[str, int]:
+        """What this card's schedule choice depends on besides the call: its node's topology and the config's
+        ``ring_threshold_bytes``."""
         config = self.card.config
-        topology = getattr(config, "topology", "fullmesh")
-        limit = getattr(config, "ring_threshold_bytes", 0)
-        return _schedule(op, n, p["count"], p.get("root"), p.get("algo") or "", nodes, p["count"] * dt.itemsize,
-                         topology, limit)
-
-
-@functools.lru_cache(maxsize=256)
-def _schedule(op, n, count, root, algo_text, nodes, nbytes, topology, ring_threshold):
-    thresholds = {k: ring_threshold for k in ("all_reduce", "all_gather", "reduce_scatter")} if ring_threshold else {}
-    algo, params = algos.choose(op, n, nbytes, nodes=nodes, topology=topology, hccl_algo=algo_text or None,
-                                thresholds=thresholds)
-    kw = dict(params)
-    if root is not None:
-        kw["root"] = root
-    return algos.build(op, algo, n, count, **kw)
+        return getattr(config, "topology", "fullmesh"), getattr(config, "ring_threshold_bytes", 0)

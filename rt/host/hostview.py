@@ -1,7 +1,7 @@
 """Host-side views of a context's own device memory, for work the host may do on the card's behalf.
 
 The card owns the memory; this process maps the same shared-memory segments (fds passed once over the
-channel) so that a fast path running in the host process — small collectives on an idle stream, see
+channel) so that a fast path running in the host process — collectives on an idle stream, see
 ``hccl/hostpath.py`` — reads and writes exactly the bytes a stream task would. Only allocations this
 context made and has not freed are ever viewed: anything else (another process's buffer, a freed or
 out-of-range pointer) returns None and the caller takes the card path, where the card's memory checker
@@ -123,6 +123,19 @@ class DeviceMap:
         seg, off = where
         base = off + (ptr - start)
         return self._segments[seg][base: base + nbytes]
+
+    def where(self, ptr: int, nbytes: int) -> tuple[int, int] | None:
+        """``(segment id, offset)`` on the card of ``[ptr, ptr + nbytes)`` — what the card's ``locate`` answers —
+        if it lies inside one of our live allocations already viewed (:meth:`view`), else None."""
+        with self._lock:
+            i = bisect.bisect_right(self._starts, ptr) - 1
+            if i < 0:
+                return None
+            start = self._starts[i]
+            if ptr + nbytes > start + self._sizes[start]:
+                return None
+            where = self._resolved.get(start)
+        return None if where is None else (where[0], where[1] + ptr - start)
 
     def _resolve(self, start: int) -> tuple[int, int] | None:
         """Ask the card where allocation ``start`` lives; map its segment (fd sent with the reply)."""
