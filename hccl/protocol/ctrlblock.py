@@ -37,7 +37,7 @@ P_SEND, P_RECV_DONE, P_SEG, P_OFF, P_SIZE, P_COUNT, P_DTYPE, V_SCOUNT, V_SDISPL,
 PAIR_WORDS = 10
 ALIVE, HOST_GONE, CLOSED = 0, 1, 2
 SPIN_SECONDS = 300e-6          # a waiter yields for at most this long before it sleeps
-SHORT_YIELD = 30e-6            # a yield that took longer: the core went to other work meanwhile, so sleep now
+SHORT_YIELD = 100e-6           # a yield that took longer: the core went to other work meanwhile, so sleep now
 LONG_YIELD = 1e-3              # ... longer still: something else holds the cores, stop yielding for a while
 
 

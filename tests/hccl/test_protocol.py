@@ -145,7 +145,7 @@ def test_a_waiter_yields_while_yields_return_quickly_then_sleeps():
     spinner = ctrlblock.Spinner(clock, clock.yield_)
     met = iter([False, False, False, True])
     assert spinner.spin(lambda: next(met)) is True and clock.yields == 3     # met while yielding
-    clock = _Clock([5e-6, 40e-6])                                           # the core went elsewhere: sleep
+    clock = _Clock([5e-6, 150e-6])                                          # the core went elsewhere: sleep
     spinner = ctrlblock.Spinner(clock, clock.yield_)
     assert spinner.spin(lambda: False) is False and clock.yields == 2 and spinner.skip == 0
     clock = _Clock([])                                                      # never met: at most SPIN_SECONDS
