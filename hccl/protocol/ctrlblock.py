@@ -38,7 +38,8 @@ PAIR_WORDS = 10
 ALIVE, HOST_GONE, CLOSED = 0, 1, 2
 SPIN_SECONDS = 300e-6          # a waiter yields for at most this long before it sleeps
 SHORT_YIELD = 100e-6           # a yield that took longer: the core went to other work meanwhile, so sleep now
-LONG_YIELD = 1e-3              # ... longer still: something else holds the cores, stop yielding for a while
+LONG_YIELD = 2e-3              # ... longer still: something else holds the cores, stop yielding for a while
+CALM_SECONDS = 1.0             # ... after this long without such a yield, the pause starts short again
 
 
 class WaitAbort(Exception):
@@ -160,7 +161,8 @@ class Spinner:
     most ``SPIN_SECONDS``. A yield that took more than ``LONG_YIELD`` means a process outside the job
     holds a core: yielding to it costs its whole time slice while a sleeper would preempt it on
     wake-up, so the process then sleeps at once for its next waits — 8, 16, … up to 4096 of them,
-    doubling while such yields keep coming, back to 8 after 5 s without one.
+    doubling while such yields keep coming, back to 8 after ``CALM_SECONDS`` without one. (The job's own ranks
+    make such yields too while they start or allocate, so the thresholds are loose: 2 ms, 1 s.)
     """
 
     MAX_SKIP = 4096
@@ -189,7 +191,7 @@ class Spinner:
             took = now - then
             if took > SHORT_YIELD or now > end:
                 if took > LONG_YIELD:
-                    if now - self.last_long > 5.0:
+                    if now - self.last_long > CALM_SECONDS:
                         self.penalty = 4
                     self.penalty = self.skip = min(2 * self.penalty, self.MAX_SKIP)
                     self.last_long = now

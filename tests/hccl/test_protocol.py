@@ -168,15 +168,15 @@ def test_a_yield_that_loses_the_core_for_long_stops_yielding_for_a_growing_numbe
                 return n
             n += 1
     for expected in (8, 16, 32):
-        clock.steps = [2e-3]                    # another process held the core for 2 ms
+        clock.steps = [3e-3]                    # another process held the core for 3 ms
         assert spinner.spin(lambda: False) is False
         assert waits_sleeping_at_once() == expected
     clock.now += 10.0                           # no long yield for a while: back to the shortest pause
-    clock.steps = [2e-3]
+    clock.steps = [3e-3]
     spinner.spin(lambda: False)
     assert waits_sleeping_at_once() == 8
     for _ in range(20):
-        clock.steps = [2e-3]
+        clock.steps = [3e-3]
         spinner.spin(lambda: False)
         spinner.skip = 0
     assert spinner.penalty == ctrlblock.Spinner.MAX_SKIP
