@@ -88,14 +88,8 @@ class Prepared:
         ctrl, rank, op, p = path.ctrl, path.comm.rank, call.op, call.params
         self.op, self.params = op, p
         self.source = stage_source(op, p, rank)
-        self.fp_area, self.fp_bytes = [], None
-        for parity in (0, 1):
-            area, data = ctrl.fingerprint_record(rank, parity, p["fingerprint"])
-            self.fp_area.append(area)
-            self.fp_bytes = data
-        # every rank's fingerprint area, and what it holds when all called this
-        self.fp_all = [ctrl.fingerprint_areas(parity, self.fp_bytes.size) for parity in (0, 1)]
-        self.fp_agreed = self.fp_bytes.tobytes() * ctrl.n
+        # where this rank's fingerprint goes, its bytes, every rank's area and what it holds when all called this
+        self.fp_area, self.fp_bytes, self.fp_all, self.fp_agreed = ctrl.fingerprint_setup(rank, p["fingerprint"])
         self.generation = -1            # of the device map when ``views`` were taken
         self.views: dict = {}
         self.ctrl_stage = [ctrl.stage(rank, parity) for parity in (0, 1)]

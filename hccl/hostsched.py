@@ -50,13 +50,7 @@ class LargePrepared:
         self.op, self.params, self.sched = call.op, p, sched
         self.dtype = hccl_np_dtype(p["dtype"])
         self.rop = p.get("op", 0)
-        self.fp_area, self.fp_bytes = [], None
-        for parity in (0, 1):
-            area, data = ctrl.fingerprint_record(rank, parity, p["fingerprint"])
-            self.fp_area.append(area)
-            self.fp_bytes = data
-        self.fp_all = [ctrl.fingerprint_areas(parity, self.fp_bytes.size) for parity in (0, 1)]
-        self.fp_agreed = self.fp_bytes.tobytes() * ctrl.n
+        self.fp_area, self.fp_bytes, self.fp_all, self.fp_agreed = ctrl.fingerprint_setup(rank, p["fingerprint"])
         self.generation = -1
         self.mine: dict = {}                                  # name -> typed view of this rank's buffer
         self.buf_words = np.full(9, 0, np.int64)              # BUF0.. as the card publishes them

@@ -143,6 +143,17 @@ class ControlBlock:
         start = FP_OFF + parity * FP_MAX
         return self.raw[: self.n * SLOT_WORDS * 8].reshape(self.n, SLOT_WORDS * 8)[:, start: start + length]
 
+    def fingerprint_setup(self, rank: int, text: str) -> tuple[list, np.ndarray, list, bytes]:
+        """For a caller that publishes call ``text`` again and again: where ``rank``'s fingerprint goes and its
+        bytes (:meth:`fingerprint_record`, per sequence parity), every rank's area of that length per parity
+        (:meth:`fingerprint_areas`), and what those areas hold when every rank called ``text``."""
+        areas, data = [], None
+        for parity in (0, 1):
+            area, data = self.fingerprint_record(rank, parity, text)
+            areas.append(area)
+        every = [self.fingerprint_areas(parity, data.size) for parity in (0, 1)]
+        return areas, data, every, data.tobytes() * self.n
+
     def set_fingerprint(self, rank: int, seq: int, text: str) -> None:
         data = text.encode()[:FP_MAX - 1]
         base = rank * SLOT_WORDS * 8 + FP_OFF + (seq % 2) * FP_MAX

@@ -106,16 +106,23 @@ class DeviceMap:
                 if not self._uses[seg]:              # last view into it: unmap (the card may release it)
                     del self._uses[seg], self._segments[seg]
 
-    def view(self, ptr: int, nbytes: int) -> np.ndarray | None:
-        """uint8 view of ``[ptr, ptr + nbytes)`` if it lies inside one of our live allocations, else None."""
+    def _find(self, ptr: int, nbytes: int) -> tuple[int | None, tuple[int, int] | None]:
+        """The start of the live allocation ``[ptr, ptr + nbytes)`` lies in (None: none) and where that start is on
+        the card, if already resolved."""
         with self._lock:
             i = bisect.bisect_right(self._starts, ptr) - 1
             if i < 0:
-                return None
+                return None, None
             start = self._starts[i]
             if ptr + nbytes > start + self._sizes[start]:
-                return None
-            where = self._resolved.get(start)
+                return None, None
+            return start, self._resolved.get(start)
+
+    def view(self, ptr: int, nbytes: int) -> np.ndarray | None:
+        """uint8 view of ``[ptr, ptr + nbytes)`` if it lies inside one of our live allocations, else None."""
+        start, where = self._find(ptr, nbytes)
+        if start is None:
+            return None
         if where is None:
             where = self._resolve(start)
             if where is None:
@@ -127,14 +134,7 @@ class DeviceMap:
     def where(self, ptr: int, nbytes: int) -> tuple[int, int] | None:
         """``(segment id, offset)`` on the card of ``[ptr, ptr + nbytes)`` — what the card's ``locate`` answers —
         if it lies inside one of our live allocations already viewed (:meth:`view`), else None."""
-        with self._lock:
-            i = bisect.bisect_right(self._starts, ptr) - 1
-            if i < 0:
-                return None
-            start = self._starts[i]
-            if ptr + nbytes > start + self._sizes[start]:
-                return None
-            where = self._resolved.get(start)
+        start, where = self._find(ptr, nbytes)
         return None if where is None else (where[0], where[1] + ptr - start)
 
     def _resolve(self, start: int) -> tuple[int, int] | None:

@@ -29,7 +29,9 @@ def run_rank(rank, world, init_method, queue):
     dist.all_reduce(x)
     outs = [torch.zeros(2, dtype=torch.int32).npu() for _ in range(world)]
     dist.all_gather(outs, torch.tensor([rank, -rank], dtype=torch.int32).npu())
-    queue.put((rank, x.cpu(), torch.stack([o.cpu() for o in outs])))
+    # plain lists: a CPU tensor in a queue shares its storage by fd through this process, which may have exited
+    # by the time the parent unpickles it (rank 0 does not wait)
+    queue.put((rank, x.cpu().tolist(), torch.stack([o.cpu() for o in outs]).tolist()))
     if rank != 0:
         # still running when rank 0's exit hook looks, exits while it waits: then a zombie until the parent
         # joins it, which is after rank 0
@@ -56,8 +58,8 @@ def main():
     expect = sum(torch.arange(4, dtype=torch.float32) + r for r in range(world))
     gathered = torch.tensor([[r, -r] for r in range(world)], dtype=torch.int32)
     for rank, x, outs in results:
-        assert torch.equal(x, expect), (rank, x, expect)
-        assert torch.equal(outs, gathered), (rank, outs)
+        assert torch.equal(torch.tensor(x), expect), (rank, x, expect)
+        assert torch.equal(torch.tensor(outs, dtype=torch.int32), gathered), (rank, outs)
     print(f"MP OK {time.monotonic() - t0:.1f}", flush=True)
 
 
