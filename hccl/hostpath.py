@@ -101,6 +101,13 @@ class Prepared:
                 lambda parity, recv: split_own(lambda k: ctrl.stage(k, parity), ctrl.n, rank, p, recv),
                 lambda parity, recv: split_gather(lambda k: ctrl.stage(k, parity), ctrl.n, rank, p, recv))
 
+    def publish(self, parity: int) -> None:
+        """This rank's part of the call before it arrives: its input staged (if it stages one), its fingerprint."""
+        staged = self.stage_in[parity]
+        if staged is not None:
+            np.copyto(*staged)
+        self.fp_area[parity][:] = self.fp_bytes
+
     def refresh(self, devmap, buffers) -> bool:
         """Take the buffers' views again (the device map forgot an allocation since); False: not all are ours."""
         views = {}
@@ -194,17 +201,10 @@ class HostPath:
         words, slot = ctrl.words, rank * SLOT_WORDS
         client = stream.ctx.client
         with client.stream_order(stream.id):
-            # Everything before it on the stream is done, and so is every earlier collective of this
-            # communicator (possibly running on another stream): the card is not touching our slot.
-            if not client.stream_done(stream.id) or words[slot + DONE] != seq - 1:
+            target = self.arrive(client, stream, seq, prep)
+            if target is None:
                 return False
             parity = seq & 1
-            staged = prep.stage_in[parity]
-            if staged is not None:
-                np.copyto(*staged)
-            prep.fp_area[parity][:] = prep.fp_bytes
-            words[slot + ARRIVED] = seq
-            target = ctrl.arrive(rank)
             phases = ctrl.phase_words
             if not self._wait(phases, target):
                 return self._hand_over(client, stream, seq, call, params, target)
@@ -231,6 +231,19 @@ class HostPath:
             words[slot + DONE] = seq
         self.done += 1
         return True
+
+    def arrive(self, client, stream, seq: int, prep, local=None) -> int | None:
+        """Start collective ``seq`` here, with the stream's order lock held: None if it cannot — something before
+        it on the stream or an earlier collective of this communicator (possibly on another stream) is not done,
+        so the card may still be touching this rank's slot — else the call published (``prep.publish``), ARRIVED
+        set and this rank's arrival at the barrier (of the ranks ``local``; None: all): the phase to wait for."""
+        ctrl, rank = self.ctrl, self.comm.rank
+        words, slot = ctrl.words, rank * SLOT_WORDS
+        if not client.stream_done(stream.id) or words[slot + DONE] != seq - 1:
+            return None
+        prep.publish(seq & 1)
+        words[slot + ARRIVED] = seq
+        return ctrl.arrive(rank, local)
 
     def _wait(self, phases, target) -> bool:
         """Wait (at most the host wait) until every rank reached barrier phase ``target``; False: they did not."""

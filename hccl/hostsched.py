@@ -30,7 +30,7 @@ from rt.wire.segment import map_received
 
 from . import algos
 from .algos.steps import run_step
-from .protocol.ctrlblock import (ARRIVED, BUF0, CARD, CLOSED, DONE, HOST_GONE, PID, SLOT_WORDS, STATUS, WaitAbort,
+from .protocol.ctrlblock import (BUF0, CARD, CLOSED, DONE, HOST_GONE, PID, SLOT_WORDS, STATUS, WaitAbort,
                                  pid_alive, wait_until)
 from .types import hccl_np_dtype
 
@@ -54,7 +54,13 @@ class LargePrepared:
         self.generation = -1
         self.mine: dict = {}                                  # name -> typed view of this rank's buffer
         self.buf_words = np.full(9, 0, np.int64)              # BUF0.. as the card publishes them
+        self.buf_slot = ctrl.slots[rank, BUF0: BUF0 + 9]       # where they go
         self.seen: dict = {}            # every rank's published buffers (bytes) -> their arrays (``_arrays``)
+
+    def publish(self, parity: int) -> None:
+        """This rank's part of the call before it arrives: its fingerprint and buffers, as the card publishes them."""
+        self.fp_area[parity][:] = self.fp_bytes
+        self.buf_slot[:] = self.buf_words
 
     def refresh(self, devmap, buffers) -> bool:
         """Views of the buffers and their (segment, offset) again; False: not all are this process's."""
@@ -97,13 +103,10 @@ def run(path, stream, seq: int, prep: LargePrepared, call, params) -> bool:
     words, slot = ctrl.words, rank * SLOT_WORDS
     client = stream.ctx.client
     with client.stream_order(stream.id):
-        if not client.stream_done(stream.id) or words[slot + DONE] != seq - 1:
+        target = path.arrive(client, stream, seq, prep)
+        if target is None:
             return False
         parity = seq & 1
-        prep.fp_area[parity][:] = prep.fp_bytes
-        ctrl.slots[rank, BUF0: BUF0 + 9] = prep.buf_words
-        words[slot + ARRIVED] = seq
-        target = ctrl.arrive(rank)
         here = (path, client, stream, seq, call, params)
         if not _wait(path, target, path.wait):
             return _hand_over(*here, target, 0, False)

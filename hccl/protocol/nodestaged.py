@@ -259,15 +259,9 @@ class HostNode:
         words, slot = ctrl.words, rank * SLOT_WORDS
         client = stream.ctx.client
         with client.stream_order(stream.id):
-            if not client.stream_done(stream.id) or words[slot + DONE] != seq - 1:
+            target = path.arrive(client, stream, seq, prep, self.local)
+            if target is None:
                 return False
-            parity = seq & 1
-            staged = prep.stage_in[parity]
-            if staged is not None:
-                np.copyto(*staged)
-            prep.fp_area[parity][:] = prep.fp_bytes
-            words[slot + ARRIVED] = seq
-            target = ctrl.arrive(rank, self.local)
             at = leader * SLOT_WORDS + PHASE
             if rank == leader:
                 # Its card leads the round. Waiting for that here (bounded) rather than in the synchronize that
