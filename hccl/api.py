@@ -122,6 +122,8 @@ def _go(comm, known: Call) -> None:
     st, op, buffers = known.stream, known.op, known.buffers
     seq = comm.next_seq()
     params = known.params               # the signature's own, unchanged by anyone unless copied here
+    if comm.lead is not None:           # this rank's process leads its node's round of it
+        comm.lead.expect(seq, op, params)
     seen = None
     if SEAM.on:
         # Seen before it runs (a rank stopped inside it is seen in it); an injected fault's card part comes back

@@ -110,16 +110,24 @@ def _check_rank(nranks, rank, call):
         raise HcclError(HcclResult.HCCL_E_PARA, f"{call}: rank {args.shown(rank)} is outside [0, {nranks})")
 
 
+_many = threading.local()            # set in comm_init_all's threads: one process, several ranks
+
+
 def _init(ctx, comm_id: str, nranks: int, rank: int, call: str, config: dict | None = None) -> Communicator:
     opts = options_from_env()
     opts.update(config or {})
+    # where this process would lead its node's rounds across nodes (hccl/transport/leaders.py); a process
+    # driving several ranks of one communicator never blocks in one rank's call, so it never leads
+    opts["host_link"] = None if getattr(_many, "on", False) else hostpath.host_link(ctx)
     reply = ctx.client.call("hccl_init", comm_id, nranks, rank, opts, pass_req=True,
                             timeout=opts["connect_timeout"] + 30,
                             timeout_error=lambda: HcclError(HcclResult.HCCL_E_TIMEOUT,
                                                             f"{call}: card {ctx.physical} did not answer"))
     slog.info(slog.HCCL, "%s: communicator '%s' ready, rank %d of %d on card %d (node %d)", call, comm_id, rank,
               nranks, ctx.physical, ctx.node)
-    return Communicator(ctx, comm_id, rank, nranks, reply["members"], opts)
+    comm = Communicator(ctx, comm_id, rank, nranks, reply["members"], opts)
+    comm.lead = hostpath.start_lead(comm, reply.get("host_links"))
+    return comm
 
 
 def comm_init_root_info(nranks: int, root_info: RootInfo, rank: int) -> Communicator:
@@ -178,6 +186,7 @@ def comm_init_all(devices) -> list[Communicator]:
     errs: list = []
 
     def one(i, dev):
+        _many.on = True
         try:
             rt.set_device(dev)
             comms[i] = comm_init_root_info(len(devices), root, i)
@@ -263,6 +272,8 @@ def comm_destroy(comm: Communicator) -> None:
     _check_comm(comm, "comm_destroy")
     slog.info(slog.HCCL, "comm_destroy: communicator '%s', rank %d of %d", comm.id, comm.rank, comm.size)
     comm.destroyed = True
+    if comm.lead is not None:
+        comm.lead.stop()
     comm._host = None                  # unmaps the control block (the cards release theirs)
     hostpath.left(comm.id)
     if not comm.ctx.destroyed and not comm.ctx.client.lost:

@@ -27,6 +27,7 @@ class CommHandle:
         self.destroyed = False
         self.lock = threading.Lock()
         self._host = False             # HostPath once built (None: this communicator has none)
+        self.lead = None               # the rounds across nodes this rank's process leads (nodestaged.HostLead)
         self.calls: dict = {}          # call signature -> Call: its arguments checked once (hccl/api.py)
         hostpath.joined(comm_id)
 

@@ -21,8 +21,9 @@ context forgot an allocation), a reduction is one ufunc call over every rank's s
 sleepers once, and a waiter yields its core before it sleeps only while that pays (``protocol/ctrlblock.py``).
 
 Across nodes a rank follows the node-staged protocol instead (``protocol/nodestaged.py``: ``HostNode``): it
-stages in its node's control block and takes its result from there; its node's leader hands the round across
-nodes to its card. Only communicators with one rank in this process use it (a process driving several ranks from one
+stages in its node's control block and takes its result from there; its node's leader rank's process leads the
+round across nodes (``HostLead``, over direct connections between the leaders' processes:
+``transport/leaders.py``) when every node's leader can, else the leader hands the round to its card. Only communicators with one rank in this process use it (a process driving several ranks from one
 thread, as ``comm_init_all`` does, must never block in one rank's call), and only buffers this process
 allocated itself (``rt.host.hostview.DeviceMap``); everything else goes to the card. Collectives too large
 for the stages run here on the same conditions, as the card's schedule (``hostsched.py``).
@@ -39,9 +40,10 @@ from rt.errors import NpuError
 from rt.wire.segment import close_fds, map_received
 
 from . import hostsched
+from .transport import leaders
 from .errors import HcclError
 from .protocol.ctrlblock import ARRIVED, DONE, SLOT_WORDS, ControlBlock, WaitAbort, wait_until
-from .protocol.nodestaged import HostNode
+from .protocol.nodestaged import HostLead, HostNode
 from .protocol.staged import (fast_reduce, fast_split, fits_stage, split_gather, split_own, split_reduce, stage_out,
                               stage_source)
 from .types import HcclResult
@@ -75,6 +77,63 @@ def _wait_ms() -> float:
 
 def enabled() -> bool:
     return os.environ.get("NPUSIM_HCCL_HOST_PATH", "1").lower() not in ("0", "false", "no", "off")
+
+
+def control_block(comm) -> ControlBlock | None:
+    """The control block of ``comm`` on this rank's node, mapped into this process (None: it cannot be)."""
+    try:
+        reply, fds = comm.ctx.client.call("hccl_share", comm.id, comm.rank, want_fds=True)
+    except NpuError:
+        return None
+    if reply is None:
+        close_fds(fds)
+        return None
+    try:
+        arr = map_received(fds, reply)
+    except OSError:
+        return None
+    if arr.size < ControlBlock.nbytes(comm.size):
+        return None
+    return ControlBlock(arr, comm.size)
+
+
+_link_hosts: dict = {}                 # node -> the address its cards' links listen on (None: no links)
+
+
+def host_link(ctx) -> list | None:
+    """Where this process listens for the leaders of other nodes (``hccl/transport/leaders.py``), published at
+    comm init by a rank that may lead its node's rounds; None when it may not (host path off, cards that live
+    in one process)."""
+    if not enabled():
+        return None
+    if ctx.node not in _link_hosts:
+        try:
+            _link_hosts[ctx.node] = ctx.client.call("hccl_link_host")
+        except NpuError:
+            return None
+    host = _link_hosts[ctx.node]
+    return None if host is None else leaders.listener(host).address
+
+
+def start_lead(comm, host_links) -> HostLead | None:
+    """The thread that leads this rank's node across nodes (``HostLead``) when ``comm`` is host-led and this rank
+    is its node's leader (its lowest rank); else None."""
+    if not host_links or not leaders.host_led(comm.members, host_links):
+        return None
+    by_node: dict = {}
+    for r, m in enumerate(comm.members):
+        by_node.setdefault(m[0], []).append(r)
+    groups = sorted(by_node.values(), key=min)
+    if comm.rank not in [g[0] for g in groups]:
+        return None
+    ctrl = control_block(comm)
+    if ctrl is None:
+        raise HcclError(HcclResult.HCCL_E_INTERNAL, f"comm init '{comm.id}': rank {comm.rank} leads its node's "
+                                                    f"exchange but cannot map the node's control block")
+    index = [g[0] for g in groups].index(comm.rank)
+    link = leaders.LeaderLink(comm.id, index, groups, [host_links[g[0]] for g in groups],
+                              [m[0] for m in comm.members])
+    return HostLead(comm, ctrl, link)
 
 
 class Prepared:
@@ -143,20 +202,10 @@ class HostPath:
         """The host path for ``comm``, or None when it must not or cannot have one."""
         if not enabled() or _local_ranks.get(comm.id, 0) != 1:
             return None
-        try:
-            reply, fds = comm.ctx.client.call("hccl_share", comm.id, comm.rank, want_fds=True)
-        except NpuError:
+        ctrl = comm.lead.ctrl if comm.lead is not None else control_block(comm)
+        if ctrl is None:
             return None
-        if reply is None:
-            close_fds(fds)
-            return None
-        try:
-            arr = map_received(fds, reply)
-        except OSError:
-            return None
-        if arr.size < ControlBlock.nbytes(comm.size):
-            return None
-        path = cls(comm, ControlBlock(arr, comm.size))
+        path = cls(comm, ctrl)
         if len({m[0] for m in comm.members}) != 1:          # across nodes: the node-staged protocol
             path.node = HostNode(comm, path.wait)
         return path
@@ -243,7 +292,7 @@ class HostPath:
             return None
         prep.publish(seq & 1)
         words[slot + ARRIVED] = seq
-        return ctrl.arrive(rank, local)
+        return ctrl.arrive(rank, local, round_=local is not None)
 
     def _wait(self, phases, target) -> bool:
         """Wait (at most the host wait) until every rank reached barrier phase ``target``; False: they did not."""

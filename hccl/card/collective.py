@@ -193,7 +193,7 @@ def _hub_staged(ep: Endpoint, seq: int, op: str, p: dict, views: dict, what: str
         ctrl.stage(ep.rank, seq % 2)[:data.size] = data
     ctrl.set_fingerprint(ep.rank, seq, p["fingerprint"])
     ctrl.slots[ep.rank, ARRIVED] = seq
-    target = ctrl.arrive(ep.rank, ep.local)
+    target = ctrl.arrive(ep.rank, ep.local, round_=True)
     recv = views.get("recv")
     nodestaged.finish(ep, seq, op, p, ep.view(recv) if recv is not None and recv[2] else None, target, what)
 

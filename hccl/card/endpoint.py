@@ -36,6 +36,7 @@ class Endpoint:
         self.scratch_ptr = None
         self.scratch_bytes = 0
         self.p2p_seq: dict[tuple[int, int], int] = {}      # (sender, receiver) -> sends so far (p2p.py)
+        self.host_leads = False         # its node's rounds across nodes are led by the leader rank's process
         nodes = sorted({m[0] for m in members})
         self.nodes = len(nodes)
 

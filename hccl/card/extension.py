@@ -28,6 +28,7 @@ from .. import algos
 from ..errors import HcclError
 from ..protocol.ctrlblock import CLOSED, HOST_GONE
 from ..transport.fabric import for_card
+from ..transport.leaders import host_led
 from ..types import HcclResult
 from . import collective, faults, p2p
 from .endpoint import Endpoint
@@ -46,6 +47,7 @@ class HcclExtension(Extension):
             "hccl_share": self.c_share,
             "hccl_segment": self.c_segment,
             "hccl_destroy": self.c_destroy,
+            "hccl_link_host": self.c_link_host,
         }
         self.tasks = {
             "hccl_collective": self.t_collective,
@@ -78,6 +80,11 @@ class HcclExtension(Extension):
             card.reply_later(conn, req, None, value)
         threading.Thread(target=run, name=f"hccl-init-{comm_id}", daemon=True).start()
         return DEFERRED
+
+    def c_link_host(self, conn):
+        """Where a rank process on this card's node listens for other node leaders (``hccl/transport/leaders.py``):
+        the address this card's own links use, or None — cards in one process never span nodes."""
+        return self.transport.link_host()
 
     def c_ctrl(self, conn, comm_id, nbytes):
         self.ctrl_array(comm_id, nbytes)
@@ -175,8 +182,9 @@ class HcclExtension(Extension):
     # -- communicators -----------------------------------------------------------------------------
     def join(self, conn, comm_id: str, nranks: int, rank: int, options: dict) -> dict:
         card = self.card
-        info = [card.node, card.index, os.getpid()]
-        members = self.transport.rendezvous(comm_id, nranks, rank, info, float(options.get("connect_timeout", 120)))
+        info = [card.node, card.index, os.getpid(), options.get("host_link")]
+        infos = self.transport.rendezvous(comm_id, nranks, rank, info, float(options.get("connect_timeout", 120)))
+        members, host_links = [m[:3] for m in infos], [m[3] for m in infos]
         seen = {}
         for r, m in enumerate(members):
             key = (m[0], m[1])
@@ -185,10 +193,11 @@ class HcclExtension(Extension):
                                                         f"card {m[1]} of node {m[0]} (one rank per card)")
             seen[key] = r
         ep = Endpoint(self, comm_id, nranks, rank, members, options, conn)
+        ep.host_leads = host_led(members, host_links)
         ep.attach()
         with self.lock:
             self.endpoints[(comm_id, rank)] = ep
-        return {"members": members}
+        return {"members": members, "host_links": host_links}
 
     def endpoint(self, comm_id: str, rank: int) -> Endpoint:
         ep = self.endpoints.get((comm_id, rank))

@@ -22,6 +22,7 @@ from . import futex
 
 # slot layout (int64 words)
 PHASE, ARRIVED, DONE, STATUS, PID, CARD, FP_LEN, SLEEPING = range(8)
+ROUND = 8                      # the barrier phase this rank's last arrival at a round across nodes reached
 BUF0 = 9                       # send seg, off, size; recv seg, off, size; tmp seg, off, size
 # in a node leader's slot, per sequence parity p at word + 3p: the node's result of a collective across nodes
 # (``nodestaged.py``): its sequence number, kind (0 data, 1 failure, 2 calls that disagree) << 32 | HcclResult
@@ -57,6 +58,12 @@ class ControlBlock:
         self.pairs = words[nranks * SLOT_WORDS: end].reshape(nranks, nranks, PAIR_WORDS)
         self.wake_word = arr[8 * end: 8 * end + 4].view(np.int32)     # futex word
         self.wake_addr = self.wake_word.ctypes.data
+        # Across nodes (``nodestaged.py``): the futex word the node's ranks sleep on while they wait for their
+        # leader's result (only its publication wakes them, not the node's arrivals), and whether the host
+        # thread that leads the node's rounds sleeps on ``wake_word`` (``hccl/transport/leaders.py``).
+        self.result_word = arr[8 * end + 8: 8 * end + 12].view(np.int32)
+        self.result_addr = self.result_word.ctypes.data
+        self.lead_sleeping = arr[8 * end + 16: 8 * end + 24].view(np.int64)
         self.stage_base = 8 * end + 64
         self.raw = arr
         self.phases = self.slots[:, PHASE]
@@ -85,11 +92,17 @@ class ControlBlock:
 
     def notify(self) -> None:
         """State changed: wake the ranks that sleep on this block (no system call if none does)."""
-        if any(self.sleep_words):
+        if any(self.sleep_words) or self.lead_sleeping[0]:
             self.wake_word[0] += 1
             futex.wake(self.wake_addr)
 
-    def arrive(self, rank: int, local=None) -> int:
+    def notify_result(self) -> None:
+        """The node's leader published a round's result: wake the ranks sleeping in :meth:`sleep_result`."""
+        if any(self.sleep_words):
+            self.result_word[0] += 1
+            futex.wake(self.result_addr)
+
+    def arrive(self, rank: int, local=None, round_: bool = False) -> int:
         """``rank`` reaches the next barrier phase (of all ranks, or of the ranks ``local`` on its node);
         returns the phase to wait for. Only the arrival that completes the phase wakes the sleepers — one
         wake-up per phase, not one per rank: nobody waiting on a phase can proceed before it is complete.
@@ -99,6 +112,8 @@ class ControlBlock:
         words, at = self.words, rank * SLOT_WORDS + PHASE
         target = words[at] + 1
         words[at] = target
+        if round_:          # an arrival at a round across nodes: the phase its leader publishes past
+            words[at + ROUND] = target
         phases = self.phase_words
         if (min(phases) if local is None else min(phases[r] for r in local)) >= target:
             self.notify()
@@ -114,6 +129,27 @@ class ControlBlock:
                 futex.wait(self.wake_addr, seen, timeout)
         finally:
             self.words[at] = 0
+
+    def sleep_result(self, rank: int, cond, timeout: float) -> None:
+        """As :meth:`sleep`, on the word only the leader's publication of a result bumps."""
+        at = rank * SLOT_WORDS + SLEEPING
+        self.words[at] = 1
+        seen = int(self.result_word[0])
+        try:
+            if not cond():
+                futex.wait(self.result_addr, seen, timeout)
+        finally:
+            self.words[at] = 0
+
+    def lead_sleep(self, cond, timeout: float) -> None:
+        """As :meth:`sleep`, for the host thread leading the node's rounds (it has no slot of its own)."""
+        self.lead_sleeping[0] = 1
+        seen = int(self.wake_word[0])
+        try:
+            if not cond():
+                futex.wait(self.wake_addr, seen, timeout)
+        finally:
+            self.lead_sleeping[0] = 0
 
     def fingerprint(self, rank: int, seq: int) -> str:
         """What ``rank`` called as collective ``seq`` (kept for two sequence numbers: seq and seq-1)."""

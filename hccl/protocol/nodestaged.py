@@ -1,15 +1,19 @@
-"""Collectives across nodes, node-staged: the ranks of a node meet in the node's control block, and one card per
-node — its lowest rank's, the node's *leader* — crosses nodes for all of them.
+"""Collectives across nodes, node-staged: the ranks of a node meet in the node's control block, and one leader per
+node — its lowest rank — crosses nodes for all of them: the leader rank's own process when the communicator is
+*host-led* (every node's leader is a rank process on the host path: :class:`HostLead`, over direct connections
+between the leaders' processes, ``hccl/transport/leaders.py``), else the leader rank's card.
 
 Every rank of a node stages its input in its stage of the node's control block (by sequence parity), publishes
 its fingerprint (its last completed collective is its slot's DONE word) and arrives at the node-local barrier
-(``ControlBlock.arrive(rank, local)``). The leader's card waits for that phase, builds the node's part of the
-round — every local rank's call and DONE, for a reduction the node's partial result in rank order, else the
-ranks' inputs — and runs the round across nodes for the whole node (``NodeGroup.exchange`` in
-``hccl/transport/direct.py``: one frame per node to the root, one answer per node). It writes the node's result
-— or the failure, or what the ranks disagree on — into the block's result area of that parity (the header in
-its own slot: ``R_SEQ``, ``R_INFO``, ``R_LEN`` of that parity) and arrives again, which wakes the others; they take
-their part from the area and bring their own phase level with the leader's, without waking anyone.
+(``ControlBlock.arrive(rank, local, round_=True)``, which also records the phase in its ``ROUND`` word). The leader
+waits for that phase, builds the node's part of the round — every local rank's call and DONE, for a reduction
+the node's partial result in rank order, else the ranks' inputs — and runs the round across nodes for the whole
+node (one frame per node to the root, one answer per node: ``LeaderLink.exchange`` in ``leaders.py``, or
+``NodeGroup.exchange`` in ``hccl/transport/direct.py`` between cards). It writes the node's result — or the
+failure, or what the ranks disagree on — into the block's result area of that parity (the header in its own
+slot: ``R_SEQ``, ``R_INFO``, ``R_LEN`` of that parity) and arrives again, which wakes the others (ranks on the
+host path sleep on the block's result word: only that wakes them); they take their part from the area and bring
+their own phase level with the leader's, without waking anyone.
 
 Card tasks (``hccl/card/collective.py``) and ranks on the host path (``hccl/hostpath.py``: :class:`HostNode`)
 follow the same protocol on the same block, so they mix freely. The arrival of a large collective (the
@@ -21,6 +25,8 @@ that is after all took the result of ``seq``: no further barrier is needed.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 
@@ -37,6 +43,7 @@ from .ctrlblock import (
     PID,
     R_INFO,
     R_LEN,
+    ROUND,
     R_SEQ,
     SLOT_WORDS,
     STATUS,
@@ -44,10 +51,11 @@ from .ctrlblock import (
     pid_alive,
     wait_until,
 )
-from .staged import stage_source, staged_bytes
+from .staged import fits_stage, stage_source, staged_bytes
 
 DATA, FAILED, DISAGREE = 0, 1, 2          # kinds (R_INFO >> 32): a result, a failed round, calls that disagree
 ACROSS_WAIT = 10          # a host-path rank waits this many times NPUSIM_HCCL_HOST_WAIT_MS (× nodes / 8 above 8)
+IDLE_SLEEP = 0.5          # seconds a host lead sleeps between looks while its node calls nothing
 
 
 def spec_of(op: str | None, p: dict | None) -> dict | None:
@@ -160,35 +168,51 @@ def _missing(ep, seq: int, ranks) -> Failed:
     ctrl = ep.ctrl
     missing = [r for r in ranks if ctrl.slots[r, ARRIVED] < seq]
     lines = [(f"EI0002 timed out after {ep.exec_timeout:g} s (HCCL_EXEC_TIMEOUT) waiting for ranks {missing} of "
-              f"this node to call it")]
+              f"node {ep.members[ranks[0]][0]} to call it")]
     lines += [f"rank {r} (node {ep.members[r][0]}): last completed collective #{int(ctrl.slots[r, DONE])}"
               for r in missing[:16]]
     return Failed(HcclResult.HCCL_E_TIMEOUT, "; ".join(lines))
 
 
 def lead(ep, seq: int, op: str | None, p: dict | None, target: int) -> None:
-    """The node leader's card: wait for the node's ranks (phase ``target``), run the round across nodes for
-    them, publish the result and arrive again (waking them). Failures go into the result area."""
-    ctrl, local = ep.ctrl, ep.local
+    """The node leader's card (a communicator that is not host-led): lead round ``seq`` across nodes over the
+    card processes' links (``NodeGroup.exchange`` in ``hccl/transport/direct.py``)."""
+    nodes = ep.hub.by_node
+    index = nodes.node_index(ep.local[0])
+    lead_round(ep, seq, op, p, target,
+               lambda part, spec: nodes.exchange(seq, index, part, spec, ep.exec_timeout))
+
+
+def lead_round(ctx, seq: int, op: str | None, p: dict | None, target: int, exchange, fail=None) -> None:
+    """Lead round ``seq`` of the node: wait for its ranks (phase ``target``), run the round across nodes for them
+    (``exchange(part, spec)`` returns the whole round's Partial or raises Failed), publish the result and arrive
+    again, waking them. Failures go into the result area; ``fail(Failed)`` is told when the node's own part
+    could not be built (a rank missing or gone). ``ctx``: a card's endpoint or a host lead (``HostLead``) —
+    ``ctrl``, ``local``, ``members``, ``n``, ``exec_timeout``, ``sleeper``."""
+    ctrl, local = ctx.ctrl, ctx.local
     leader = local[0]
     phases = ctrl.phase_words
     try:
         try:
-            wait_until(lambda: min(phases[r] for r in local) >= target, timeout=ep.exec_timeout,
-                       check=lambda: gone(ep, [r for r in local if phases[r] < target]), sleeper=ep.sleeper)
-        except WaitAbort:
-            raise _missing(ep, seq, local) from None
-        nodes = ep.hub.by_node
-        total = nodes.exchange(seq, nodes.node_index(leader), node_part(ctrl, local, seq, op, p, ep.n),
-                               spec_of(op, p), ep.exec_timeout)
-        write_result(ctrl, leader, seq, op, p, total, ep.n)
+            try:
+                wait_until(lambda: min(phases[r] for r in local) >= target, timeout=ctx.exec_timeout,
+                           check=lambda: gone(ctx, [r for r in local if phases[r] < target]), sleeper=ctx.sleeper)
+            except WaitAbort:
+                raise _missing(ctx, seq, local) from None
+        except Failed as e:
+            if fail is not None:
+                fail(e)
+            raise
+        total = exchange(node_part(ctrl, local, seq, op, p, ctx.n), spec_of(op, p))
+        write_result(ctrl, leader, seq, op, p, total, ctx.n)
     except Failed as e:
         write_failure(ctrl, leader, seq, FAILED, e.code, e.detail)
     except Exception as e:  # noqa: BLE001 - every rank of the node reports it, none waits for nothing
         write_failure(ctrl, leader, seq, FAILED, HcclResult.HCCL_E_INTERNAL, f"{type(e).__name__}: {e}")
     finally:
         ctrl.words[leader * SLOT_WORDS + PHASE] = target + 1
-        ctrl.notify()
+        ctrl.notify()                   # the cards waiting (on the block's word)
+        ctrl.notify_result()            # the ranks waiting on the host path
 
 
 def _wait_leader(ep, seq: int, target: int, what: str) -> None:
@@ -215,7 +239,7 @@ def finish(ep, seq: int, op: str | None, p: dict | None, recv, target: int, what
     """A card's part after its rank arrived (phase ``target``): lead the node's round or wait for it, take this
     rank's result into ``recv`` (uint8 or None); raise what went wrong. ``done``: mark ``seq`` completed."""
     ctrl, rank, leader = ep.ctrl, ep.rank, ep.local[0]
-    if rank == leader:
+    if rank == leader and not ep.host_leads:        # host-led: the leader's process leads (``HostLead``)
         lead(ep, seq, op, p, target)
     else:
         try:
@@ -232,15 +256,16 @@ def finish(ep, seq: int, op: str | None, p: dict | None, recv, target: int, what
 def arrive(ep, seq: int, what: str) -> None:
     """Every rank (all nodes) called collective ``seq`` (its fingerprint and ARRIVED already published), or an
     HcclError saying who called what."""
-    finish(ep, seq, None, None, None, ep.ctrl.arrive(ep.rank, ep.local), what, done=False)
+    finish(ep, seq, None, None, None, ep.ctrl.arrive(ep.rank, ep.local, round_=True), what, done=False)
 
 
 # -- on the host path -----------------------------------------------------------------------------------------
 class HostNode:
-    """The host path's part across nodes (``hccl/hostpath.py``): a rank other than its node's leader stages,
-    arrives and takes its result from the block itself; the leader stages, arrives and hands the round to its
-    card (a stream task: the card's stream worker leads, the card's reader thread is never blocked), then waits
-    for it in the block like the others (so its next synchronize usually finds the stream done). A rank whose
+    """The host path's part across nodes (``hccl/hostpath.py``): a rank stages, arrives and takes its result from
+    the block itself — on a host-led communicator the leader rank too (its process's ``HostLead`` leads); else the
+    leader stages, arrives and hands the round to its card (a stream task: the card's stream worker leads, the
+    card's reader thread is never blocked), then waits for it in the block like the others (so its next
+    synchronize usually finds the stream done). A rank whose
     leader has not published within ``ACROSS_WAIT`` × NPUSIM_HCCL_HOST_WAIT_MS (× nodes / 8 above 8 nodes), or
     that sees a failure, hands the rest to its card, which reports it at synchronize."""
 
@@ -248,6 +273,7 @@ class HostNode:
         node = comm.members[comm.rank][0]
         self.local = [r for r, m in enumerate(comm.members) if m[0] == node]
         self.leader = self.local[0]
+        self.card_leads = comm.rank == self.leader and comm.lead is None     # host-led: it waits like the others
         self.n = comm.size
         # a round across more nodes takes longer: at 32 nodes a rank that gave up after 200 ms handed over a
         # quarter of its calls, each costing its card a task and a round trip more
@@ -263,7 +289,7 @@ class HostNode:
             if target is None:
                 return False
             at = leader * SLOT_WORDS + PHASE
-            if rank == leader:
+            if self.card_leads:
                 # Its card leads the round. Waiting for that here (bounded) rather than in the synchronize that
                 # follows lets that find the stream done without a round trip to the card.
                 path._hand_over(client, stream, seq, call, params, target)
@@ -289,7 +315,69 @@ class HostNode:
             return True
         try:
             wait_until(lambda: words[at] > target, timeout=self.wait, spin=False,
-                       sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
+                       sleeper=lambda cond, seconds: ctrl.sleep_result(rank, cond, min(seconds, self.wait)))
         except WaitAbort:
             return False
         return True
+
+
+class HostLead:
+    """The thread of a node leader's process that leads every round of its node on a host-led communicator
+    (``hccl/transport/leaders.py``): whether the leader rank's own part of a collective ran in its process or on
+    its card, its arrival at the round (the phase in its slot's ``ROUND`` word, its sequence number in
+    ``ARRIVED``) wakes this thread, which waits for the rest of the node, exchanges the node's part with the
+    root's process over ``link`` and publishes the result (:func:`lead_round`). What each round is comes from
+    the rank's own calls (:meth:`expect`, before the call runs or goes to the card); a large collective's round
+    is its arrival, without data."""
+
+    def __init__(self, comm, ctrl, link):
+        self.ctrl, self.link, self.comm_id = ctrl, link, comm.id
+        self.members, self.n = comm.members, comm.size
+        node = comm.members[comm.rank][0]
+        self.local = [r for r, m in enumerate(comm.members) if m[0] == node]
+        self.exec_timeout = float(comm.options.get("exec_timeout", 1836))
+        self.calls: dict[int, tuple] = {}
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, name=f"hccl-lead-{comm.id}", daemon=True)
+        self.thread.start()
+
+    def sleeper(self, cond, seconds: float) -> None:
+        self.ctrl.lead_sleep(cond, seconds)
+
+    def expect(self, seq: int, op: str, p: dict) -> None:
+        """The leader rank's collective ``seq`` is about to run: what its round carries."""
+        small = fits_stage(op, p, self.n, across_nodes=True)
+        self.calls[seq] = (op, p) if small else (None, None)
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.ctrl.notify()
+
+    def _run(self) -> None:
+        ctrl, words, leader = self.ctrl, self.ctrl.words, self.local[0]
+        at = leader * SLOT_WORDS
+        last = words[at + ROUND]
+        try:
+            while not self.stopped:
+                if words[at + ROUND] <= last:
+                    ctrl.lead_sleep(lambda: words[at + ROUND] > last or self.stopped, IDLE_SLEEP)
+                    continue
+                target, seq = words[at + ROUND], words[at + ARRIVED]
+                last = target
+                call = self.calls.pop(seq, None)
+                for old in [k for k in self.calls if k < seq]:      # calls whose card task failed before arriving
+                    del self.calls[old]
+                if call is None:
+                    write_failure(ctrl, leader, seq, FAILED, HcclResult.HCCL_E_INTERNAL,
+                                  f"EI0002 rank {leader} arrived at collective #{seq} on comm '{self.comm_id}' "
+                                  f"without calling it")
+                    words[at + PHASE] = target + 1
+                    ctrl.notify()
+                    ctrl.notify_result()
+                    continue
+                op, p = call
+                lead_round(self, seq, op, p, target,
+                           lambda part, spec, seq=seq: self.link.exchange(seq, part, spec, self.exec_timeout),
+                           fail=lambda failure, seq=seq: self.link.fail(seq, failure))
+        finally:
+            self.link.close()

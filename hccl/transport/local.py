@@ -15,6 +15,9 @@ class InProcessTransport:
     def rendezvous(self, comm_id: str, nranks: int, rank: int, info: list, timeout: float) -> list:
         return members(_MEETING.join(comm_id, nranks, rank, info, timeout), comm_id, nranks, rank, timeout)
 
+    def link_host(self) -> None:
+        return None
+
     def hub(self, comm_id: str, nranks: int):
         raise HcclError(HcclResult.HCCL_E_NOT_SUPPORT,
                         f"comm '{comm_id}' spans nodes, which in-process cards cannot (they are all node 0)")

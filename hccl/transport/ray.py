@@ -57,6 +57,10 @@ class RayTransport:
                 self._joined[comm_id] = (rank, [m[-1] for m in infos], nodes)
         return [m[:-1] for m in infos]
 
+    def link_host(self) -> str:
+        """The address this card's node listens on (for the rank processes of its node too)."""
+        return ray.util.get_node_ip_address()
+
     def hub(self, comm_id: str, nranks: int) -> DirectHub:
         """The cross-node hub of this card's rank of ``comm_id`` (right after its rendezvous)."""
         with self._lock:

@@ -87,6 +87,27 @@ KILLED = textwrap.dedent("""
 """)
 
 
+LATE = textwrap.dedent("""
+    import signal, time
+    import numpy as np
+    import hccl, rt
+
+    signal.signal(signal.SIGTERM, lambda *a: None)
+    comm = hccl.init()
+    stream = rt.create_stream()
+    t = rt.Tensor.from_numpy(np.ones(256, np.float32))
+    for i in range(3):
+        if i == 1 and comm.rank == 5:
+            time.sleep(60)                           # rank 5 (node 2) never calls its 2nd all_reduce in time
+        try:
+            comm.all_reduce(t, stream=stream)
+            rt.synchronize_stream(stream)
+        except hccl.HcclError as e:
+            print(f"rank {comm.rank} FAILED [{e.code}] {e.message}", flush=True)
+            raise SystemExit(1)
+""")
+
+
 def launch(prog: str, *argv, timeout=230, **env):
     clean = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "NPUSIM_BACKEND", "NPUSIM_CARD_DIR",
                                                                 "ASCEND_RT_VISIBLE_DEVICES", "NPUSIM_CARDS_PER_HOST",
@@ -126,3 +147,31 @@ def test_a_rank_killed_on_node_3_is_named_in_every_other_ranks_error(per_host):
     for rank, text in failed.items():
         assert "rank 6 (node 3)" in text and "EI0002" in text, (rank, text)
         assert "is gone: its process exited" in text, (rank, text)
+
+
+@pytest.mark.parametrize("killed,node", [(0, 0), (7, 3)], ids=["the-root-leader", "a-non-leader"])
+def test_a_killed_root_leader_or_non_leader_is_named_in_every_other_ranks_error(killed, node):
+    """The leaders' processes lead the rounds across nodes (hccl/transport/leaders.py): rank 0, whose process is
+    the root of that exchange, or rank 7, a rank its node's leader waits for, dies entering its 2nd all_reduce;
+    every other rank's error names it."""
+    proc = launch(KILLED, "--nnodes", 4, "--nproc", 2, "--inject", f"kill:rank={killed}:collective=2", "--timeout", 200,
+                  "--grace-period", 60, HCCL_EXEC_TIMEOUT="120")
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    failed = dict(re.findall(r"rank (\d+) FAILED (.*)", out))
+    assert sorted(map(int, failed)) == [r for r in range(8) if r != killed], out[-3000:]
+    for rank, text in failed.items():
+        assert f"rank {killed} (node {node})" in text and "EI0002" in text, (rank, text)
+        assert "is gone: its process exited" in text, (rank, text)
+
+
+def test_a_rank_that_never_calls_is_named_by_its_own_node_to_every_rank():
+    """Rank 5 (node 2) does not call its 2nd all_reduce: its node's leader times out waiting for it
+    (HCCL_EXEC_TIMEOUT=5) and tells the root, which tells every node: every other rank's error names rank 5."""
+    proc = launch(LATE, "--nnodes", 4, "--nproc", 2, "--timeout", 200, "--grace-period", 5, HCCL_EXEC_TIMEOUT="5")
+    out = proc.stdout + proc.stderr
+    failed = dict(re.findall(r"rank (\d+) FAILED (.*)", out))
+    assert sorted(map(int, failed)) == [0, 1, 2, 3, 4, 6, 7], out[-3000:]
+    for rank, text in failed.items():
+        assert text.startswith("[9] ") and "EI0002 timed out after 5 s (HCCL_EXEC_TIMEOUT) waiting for ranks [5] " \
+               "of node 2 to call it; rank 5 (node 2): last completed collective #1" in text, (rank, text)
