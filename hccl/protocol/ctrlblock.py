@@ -65,6 +65,8 @@ class ControlBlock:
         self.result_addr = self.result_word.ctypes.data
         self.lead_sleeping = arr[8 * end + 16: 8 * end + 24].view(np.int64)
         self.stage_base = 8 * end + 64
+        results = self.stage_base + 2 * nranks * STAGE_BYTES
+        self.results = [arr[results + p * RESULT_BYTES: results + (p + 1) * RESULT_BYTES] for p in (0, 1)]
         self.raw = arr
         self.phases = self.slots[:, PHASE]
         # The hot words again as memoryviews: an element read or a min over 8 ranks costs a tenth of numpy's
@@ -87,8 +89,7 @@ class ControlBlock:
         """The node's result area for collectives of this sequence parity across nodes (uint8, RESULT_BYTES):
         written by the node's leader, read by its other ranks (``nodestaged.py``); its pages cost memory
         only once written."""
-        base = self.stage_base + 2 * self.n * STAGE_BYTES + parity * RESULT_BYTES
-        return self.raw[base: base + RESULT_BYTES]
+        return self.results[parity]
 
     def notify(self) -> None:
         """State changed: wake the ranks that sleep on this block (no system call if none does)."""
@@ -130,16 +131,17 @@ class ControlBlock:
         finally:
             self.words[at] = 0
 
-    def sleep_result(self, rank: int, cond, timeout: float) -> None:
-        """As :meth:`sleep`, on the word only the leader's publication of a result bumps."""
-        at = rank * SLOT_WORDS + SLEEPING
-        self.words[at] = 1
-        seen = int(self.result_word[0])
+    def sleep_result(self, rank: int, at: int, value: int, timeout: float) -> None:
+        """Sleep until woken (or ``timeout``) on the word only the leader's publication of a result bumps, unless
+        word ``at`` is above ``value`` already."""
+        words, flag = self.words, rank * SLOT_WORDS + SLEEPING
+        words[flag] = 1
+        seen = self.result_word[0]
         try:
-            if not cond():
-                futex.wait(self.result_addr, seen, timeout)
+            if words[at] <= value:
+                futex.wait(self.result_addr, int(seen), timeout)
         finally:
-            self.words[at] = 0
+            words[flag] = 0
 
     def lead_sleep(self, cond, timeout: float) -> None:
         """As :meth:`sleep`, for the host thread leading the node's rounds (it has no slot of its own)."""

@@ -27,6 +27,7 @@ that is after all took the result of ``seq``: no further barrier is needed.
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 
@@ -119,13 +120,13 @@ def _header(ctrl, leader: int, seq: int, kind: int, code: int, length: int) -> N
 def take_result(ctrl, leader: int, rank: int, seq: int, op: str | None, p: dict | None, n: int, recv):
     """This rank's part of the node's result of ``seq`` into ``recv`` (uint8 or None). Returns None, or (kind,
     code, text) of a failure (nothing written then)."""
-    s, at = ctrl.slots[leader], 3 * (seq % 2)
-    if int(s[R_SEQ + at]) != seq:
+    words, at = ctrl.words, leader * SLOT_WORDS + 3 * (seq % 2)
+    if words[R_SEQ + at] != seq:
         text = f"EI0002 rank {leader}, which leads this node's exchange, left no result for collective #{seq}"
         return FAILED, int(HcclResult.HCCL_E_INTERNAL), text
-    info, length = int(s[R_INFO + at]), int(s[R_LEN + at])
+    info, length = words[R_INFO + at], words[R_LEN + at]
     kind = info >> 32
-    area = ctrl.result(seq % 2)
+    area = ctrl.results[seq % 2]
     if kind != DATA:
         return kind, info & 0xFFFFFFFF, bytes(area[:length]).decode("utf-8", "replace")
     if recv is None or op in (None, "barrier"):
@@ -309,16 +310,18 @@ class HostNode:
         return True
 
     def _until_led(self, ctrl, rank: int, at: int, target: int) -> bool:
-        """Wait (at most ``self.wait``) for the node's leader to publish the round of phase ``target``."""
+        """Wait (at most ``self.wait``) for the node's leader to publish the round of phase ``target``: asleep on
+        the block's result word, which only a publication bumps (one wake-up per round, usually)."""
         words = ctrl.words
         if words[at] > target:
             return True
-        try:
-            wait_until(lambda: words[at] > target, timeout=self.wait, spin=False,
-                       sleeper=lambda cond, seconds: ctrl.sleep_result(rank, cond, min(seconds, self.wait)))
-        except WaitAbort:
-            return False
-        return True
+        end = time.monotonic() + self.wait
+        while True:
+            ctrl.sleep_result(rank, at, target, min(self.wait, 0.05))
+            if words[at] > target:
+                return True
+            if time.monotonic() >= end:
+                return False
 
 
 class HostLead:
