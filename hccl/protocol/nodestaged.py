@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 
 import numpy as np
 
@@ -335,6 +336,7 @@ class HostLead:
 
     def __init__(self, comm, ctrl, link):
         self.ctrl, self.link, self.comm_id = ctrl, link, comm.id
+        self.comm = weakref.ref(comm)       # a communicator dropped without comm_destroy stops its lead too
         self.members, self.n = comm.members, comm.size
         node = comm.members[comm.rank][0]
         self.local = [r for r, m in enumerate(comm.members) if m[0] == node]
@@ -364,6 +366,9 @@ class HostLead:
             while not self.stopped:
                 if words[at + ROUND] <= last:
                     ctrl.lead_sleep(lambda: words[at + ROUND] > last or self.stopped, IDLE_SLEEP)
+                    comm = self.comm()
+                    if comm is None or comm.destroyed:
+                        break
                     continue
                 target, seq = words[at + ROUND], words[at + ARRIVED]
                 last = target

@@ -73,7 +73,7 @@ class Listener:
         self.address = [host, self._sock.getsockname()[1], self.token.hex()]
         self._ready: dict[tuple, socket.socket] = {}
         self._cv = threading.Condition()
-        threading.Thread(target=self._accept, name="hccl-lead-accept", daemon=True).start()
+        threading.Thread(target=self._accept, name="hccl-leaders-accept", daemon=True).start()
 
     def _accept(self) -> None:
         while True:
@@ -81,7 +81,7 @@ class Listener:
                 conn, _ = self._sock.accept()
             except OSError:
                 return
-            threading.Thread(target=self._hello, args=(conn,), name="hccl-lead-hello", daemon=True).start()
+            threading.Thread(target=self._hello, args=(conn,), name="hccl-leaders-hello", daemon=True).start()
 
     def _hello(self, conn: socket.socket) -> None:
         try:

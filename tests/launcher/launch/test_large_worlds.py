@@ -67,6 +67,13 @@ RANKS = textwrap.dedent("""
     print(f"rank {r} OK rank table of {table['server_count']} servers {json.dumps(servers)}", flush=True)
     for c in (sub, across, table_comm, comm):
         hccl.comm_destroy(c)
+    # a leader's process led its node's rounds in a thread per communicator (host-led): destroy stops each
+    import threading, time
+    leads = lambda: [t.name for t in threading.enumerate() if t.name.startswith("hccl-lead-")]
+    deadline = time.monotonic() + 5
+    while leads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print(f"rank {r} lead threads left after destroy: {leads()}", flush=True)
 """)
 
 KILLED = textwrap.dedent("""
@@ -131,6 +138,7 @@ def test_four_simulated_nodes_all_reduce_sub_communicators_and_a_rank_table_of_f
         assert f"rank {r} OK sub-communicator of node {node}: ranks [{2 * node}, {2 * node + 1}]" in out
         assert f"rank {r} OK sub-communicator across nodes: ranks {list(range(r % 2, 8, 2))}" in out
         assert f'rank {r} OK rank table of 4 servers [["0", "1"], ["2", "3"], ["4", "5"], ["6", "7"]]' in out
+        assert f"rank {r} lead threads left after destroy: []" in out
 
 
 @pytest.mark.parametrize("per_host", ["1", "2"], ids=["a-worker-per-card", "a-card-host-per-node"])
