@@ -120,7 +120,7 @@ def _launch(comm, stream, op, params, buffers, call, key=None):
 def _go(comm, known: Call) -> None:
     """One call of a checked signature: numbered, seen by the observers, run here or sent to the card."""
     st, op, buffers = known.stream, known.op, known.buffers
-    seq = comm.next_seq()
+    seq = next(comm.seqs)
     params = known.params               # the signature's own, unchanged by anyone unless copied here
     if comm.lead is not None:           # this rank's process leads its node's round of it
         comm.lead.expect(seq, op, params)
@@ -134,7 +134,8 @@ def _go(comm, known: Call) -> None:
     host = None if "fault" in params else comm.host_path()
     if host is not None and host.run(st, seq, known, params):
         if seen is not None:
-            SEAM.placed(seen, host.handed_task, on_host=host.handed_task is None)
+            task = host.handed_task
+            SEAM.placed(seen, task, task is None)
         return
     task = st.ctx.client.submit(st.id, "hccl_collective", comm.id, comm.rank, seq, op, params, known.wire)
     if seen is not None:

@@ -4,7 +4,7 @@ is this plus the ``rt.Tensor`` methods."""
 
 from __future__ import annotations
 
-import threading
+import itertools
 
 from rt import args
 
@@ -23,9 +23,8 @@ class CommHandle:
         self.size = size
         self.members = members
         self.options = options
-        self.seq = 0
+        self.seqs = itertools.count(1)    # next(): the next call's number (atomic: calls from several threads)
         self.destroyed = False
-        self.lock = threading.Lock()
         self._host = False             # HostPath once built (None: this communicator has none)
         self.lead = None               # the rounds across nodes this rank's process leads (nodestaged.HostLead)
         self.calls: dict = {}          # call signature -> Call: its arguments checked once (hccl/api.py)
@@ -44,11 +43,6 @@ class CommHandle:
     @property
     def device(self) -> int:
         return self.ctx.device
-
-    def next_seq(self) -> int:
-        with self.lock:
-            self.seq += 1
-            return self.seq
 
     def __repr__(self):
         return f"Communicator({self.id!r}, rank {self.rank}/{self.size} on {self.ctx.name})"

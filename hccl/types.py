@@ -104,6 +104,10 @@ _FROM_NP[np.dtype(np.bool_)] = HcclDataType.UINT8      # torch_npu sends bool te
 
 _NP_BY_CODE = {int(k): v for k, v in _TO_NP.items()}          # the hot path: a supported code as a plain int
 _TYPE_BY_CODE = {int(k): k for k in _TO_NP}
+# The hot path of a tensor's dtype: numpy's dtypes of the builtin types are singletons, looked up by identity (a
+# numpy dtype's hash is computed anew on every call); the dtype is kept with its member, so a reused id never
+# matches another object.
+_TYPE_BY_DTYPE_ID = {id(dt): (dt, member) for dt, member in _FROM_NP.items()}
 
 
 def hccl_np_dtype(dtype) -> np.dtype:
@@ -134,6 +138,9 @@ def hccl_np_dtype(dtype) -> np.dtype:
 
 def hccl_dtype(dtype) -> HcclDataType:
     """The HcclDataType of a numpy dtype, name or code (bool maps to UINT8 as in torch_npu)."""
+    known = _TYPE_BY_DTYPE_ID.get(id(dtype))
+    if known is not None and known[0] is dtype:
+        return known[1]
     if type(dtype) is int or isinstance(dtype, HcclDataType):
         member = _TYPE_BY_CODE.get(int(dtype))
         if member is not None:

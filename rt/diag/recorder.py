@@ -43,6 +43,27 @@ PROFILE_SIZE = 1 << 20          # entries kept (host ring and each card stream's
 # first frame outside them (rt/diag/callsite.py).
 _INTERNAL = callsite.PACKAGE_DIRS
 _STDLIB = os.path.dirname(os.__file__) + os.sep
+_HOST_DONE = dumps.HOST_DONE
+_now = time.monotonic_ns
+_getframe = sys._getframe
+
+
+class _Files(dict):
+    """Whether a file is npusim's own (or torch's), by its name: under one of ``dirs``. Each name is classified on
+    its first read; the names are few (a code object's ``co_filename``; every ``exec`` shares ``"<string>"``),
+    and the dict starts afresh past ``MAX`` all the same."""
+
+    MAX = 8192
+
+    def __init__(self, dirs: tuple):
+        super().__init__()
+        self.dirs = dirs
+
+    def __missing__(self, name: str) -> bool:
+        if len(self) >= self.MAX:
+            self.clear()
+        own = self[name] = name.startswith(self.dirs)
+        return own
 
 
 def _size() -> int:
@@ -79,16 +100,15 @@ class Recorder(Observer):
         self.last_id = 0
         self._hooked = False
         self._lock = threading.Lock()
-        self._internal = _INTERNAL
-        self._inside: dict = {}                       # id(code) -> (code, whether it is npusim's): site()
+        self._own = _Files(_INTERNAL)                 # file name -> whether it is npusim's own: site()
+        self._last_client = None                      # the card of the last collective (set up: _first_call)
         if "torch" in sys.modules:
             self._add_torch()
 
     def _add_torch(self) -> None:
         torch_dir = os.path.dirname(getattr(sys.modules["torch"], "__file__", "") or "")
-        if torch_dir and torch_dir + os.sep not in self._internal:
-            self._internal = (*self._internal, torch_dir + os.sep)
-            self._inside = {}
+        if torch_dir and torch_dir + os.sep not in self._own.dirs:
+            self._own = _Files((*self._own.dirs, torch_dir + os.sep))
 
     # -- recording (hot path: keep it lean) --------------------------------------------------------
     def site(self, depth: int = 5):
@@ -100,45 +120,31 @@ class Recorder(Observer):
         the recorder directly (site, _entry, the recorder's handler, the internal caller, the public function):
         going there in one step materialises one frame object instead of every one on the way; a deeper call
         (the seam's loop when several observers watch, a wrapper, torch) is walked out from there. Whether a
-        code object is npusim's own is decided once per code object (``_classify``)."""
+        frame is npusim's own is looked up by its file name (``_Files``: one dict read a frame; a code object's
+        own hash digests its whole body)."""
         try:
-            f = sys._getframe(depth)
+            f = _getframe(depth)
         except ValueError:                  # called near the top of a thread's stack
-            f = sys._getframe(1)
-        inside = self._inside
-        while f is not None:
-            code = f.f_code
-            known = inside.get(id(code))
-            own = known[1] if known is not None and known[0] is code else self._classify(code)
-            if not own:
-                break
+            f = _getframe(1)
+        own = self._own
+        code = f.f_code
+        while own[code.co_filename]:
             f = f.f_back
-        if f is None:
-            return None
+            if f is None:
+                return None
+            code = f.f_code
         up = f.f_back
         if up is not None:
             up_code = up.f_code
-            known = inside.get(id(up_code))
-            own = known[1] if known is not None and known[0] is up_code else self._classify(up_code)
-            if not own:
+            if not own[up_code.co_filename]:
                 return (code, f.f_lasti, up_code, up.f_lasti)
         return (code, f.f_lasti, None, 0)
-
-    def _classify(self, code) -> bool:
-        """Whether ``code`` is npusim's (or torch's) own, remembered by the code object's id — a code object's
-        own hash digests its whole body on every call — with the object itself, so that a reused id is never
-        mistaken for it. The cache is bounded: code objects are few, but ``exec``'d code can make many."""
-        if len(self._inside) > 8192:
-            self._inside.clear()
-        own = code.co_filename.startswith(self._internal)
-        self._inside[id(code)] = (code, own)
-        return own
 
     def main_stack(self) -> list[str]:
         """Where the main thread is now (its innermost user frames, outermost first): what a rank was doing."""
         frame = sys._current_frames().get(threading.main_thread().ident)
         out = []
-        skip = (*self._internal, _STDLIB, *callsite.TOOL_DIRS)
+        skip = (*self._own.dirs, _STDLIB, *callsite.TOOL_DIRS)
         while frame is not None and len(out) < 40:
             name = frame.f_code.co_filename
             if not name.startswith(skip) and name[0] != "<":
@@ -188,26 +194,33 @@ class Recorder(Observer):
         every collective): the entry is a list (``dumps.CALL_SLOTS``; a dict costs six times as much to build and
         to free), the call's parameters are referenced, not copied, and expanded by its package
         (``calls.fields``) only when dumped."""
+        client = st.ctx.client
+        if client is not self._last_client and not self._first_call(client, group):
+            return None
+        self.last_id = n = next(self._ids)
+        e = [n, kind, label, client, st.id, None, self.site(4), _now(), group, params, buffers, calls, seq, False, 0]
+        self.entries.append(e)
+        return e
+
+    def _first_call(self, client, group) -> bool:
+        """What :meth:`collective` sets up once per card (the first call, and again when a call goes to another
+        card than the last): the configuration, the client, the rank; False: the recorder is off."""
         if not self.configured:
             self.configure()
             if not self.watching:
-                return None
-        client = st.ctx.client
+                return False
         if id(client) not in self.clients:
             self._client(client)
         if self.rank is None:
             self.rank = group.rank
-        self.last_id = n = next(self._ids)
-        e = [n, kind, label, client, st.id, None, self.site(4), time.monotonic_ns(), group, params, buffers, calls,
-             seq, False, 0]
-        self.entries.append(e)
-        return e
+        self._last_client = client
+        return True
 
     @staticmethod
     def placed(entry: list, task: int | None, on_host: bool = False) -> None:
         """The call returned: it went to stream task ``task``, or ran to completion in this process."""
         if on_host:
-            entry[13], entry[14] = dumps.HOST_DONE, time.monotonic_ns()
+            entry[13], entry[14] = _HOST_DONE, _now()
         else:
             entry[13], entry[5] = True, task
 
@@ -250,6 +263,8 @@ class Recorder(Observer):
         """Before a context goes: keep its card's task log (when dumps or profiles may still want it). A later
         dump does not ask the closed channel again (each try would wait for a card that cannot answer)."""
         known = self.clients.pop(id(client), None) is not None     # released: later dumps use what is saved
+        if client is self._last_client:
+            self._last_client = None
         if known and not client.lost and (self.profile_dir or self.directory()):
             dumps.fetch_log(self, client)
 

@@ -7,7 +7,9 @@ events they watch and :meth:`Seam.register` themselves; the seam calls, for each
 override it, in their ``order``, and skips one whose ``watching`` is False. An observer that changes
 ``watching`` calls :meth:`Seam.refresh`, so that with nothing watching an event costs the emitter one attribute
 check, and an event one observer watches is a direct call of that observer's method. Range lists cost an allocation per call, so their emitters check ``SEAM.accesses`` instead (some
-watching observer takes ``enqueued`` or ``host_access``: the race detector).
+watching observer takes ``enqueued`` or ``host_access``: the race detector); a synchronize, the end of every
+step of a loop, checks ``SEAM.syncs`` (some watching observer takes ``synchronizing`` or a ``synchronized_*``
+event), which the always-on flight recorder leaves False.
 
 Accesses are ``(kind, address, nbytes)`` ranges, kind ``"dev"`` (device memory) or ``"host"``. A collective
 event carries its package's fields: ``kind`` ``"collective"`` (every member of ``group`` calls it, in the same
@@ -99,6 +101,8 @@ class Seam:
         self.copy_params = False       # a watching observer may add to a collective's params: pass it a copy
         self.accesses = False          # some watching observer wants the ranges of enqueued / host_access (the
                                        # emitters' check before they build the range lists)
+        self.syncs = False             # some watching observer takes synchronizing / synchronized_* (the check of
+                                       # the synchronize calls)
         self.observers: list[Observer] = []
         for event in _EVENTS:
             setattr(self, f"_{event}", ())
@@ -125,6 +129,8 @@ class Seam:
         self.on = any(o.watching for o in self.observers)
         self.copy_params = any(o.watching and o.adds_to_params for o in self._collective)
         self.accesses = any(o.watching for o in self._enqueued + self._host_access)
+        self.syncs = any(o.watching for o in self._synchronizing + self._synchronized_stream +
+                         self._synchronized_device + self._synchronized_event)
         for event in _EVENTS[1:]:                       # "starting" goes to every observer, watching or not
             takers = [o for o in getattr(self, f"_{event}") if o.watching]
             if len(takers) == 1:

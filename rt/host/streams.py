@@ -36,6 +36,8 @@ class Stream:
 
 
 def stream_handle(stream, call) -> Stream:
+    if type(stream) is Stream and not stream.destroyed and not stream.ctx.destroyed:
+        return stream                   # the common case, first: a live stream (``_live`` says why another is not)
     if stream is None or (isinstance(stream, int) and not isinstance(stream, bool) and stream == 0):
         ctx = RUNTIME.require_current(call)
         if ctx.default_stream is None:
@@ -84,13 +86,13 @@ def destroy_stream(stream: Stream) -> None:
 def synchronize_stream(stream=None) -> None:
     """Wait for all work on the stream; raises the first async failure of that work."""
     st = stream_handle(stream, "synchronize_stream")
-    if SEAM.on:
+    if SEAM.syncs:
         SEAM.synchronizing(st.ctx, "synchronize_stream")
-    if not st.ctx.notify and st.ctx.client.stream_done(st.id):
-        pass            # the card finished all of it without errors, and every copy into host memory landed
-    else:
-        _traced_wait("synchronize_stream", st, lambda: st.ctx.client.call("stream_sync", st.id, pass_req=True))
-    if SEAM.on:
+    ctx = st.ctx
+    # Done if the card finished all of it without errors and every copy into host memory landed (no round trip)
+    if ctx.notify or not ctx.client.stream_done(st.id):
+        _traced_wait("synchronize_stream", st, lambda: ctx.client.call("stream_sync", st.id, pass_req=True))
+    if SEAM.syncs:
         SEAM.synchronized_stream(st, "synchronize_stream")
 
 
@@ -125,11 +127,11 @@ def synchronize_stream_with_timeout(stream, timeout_ms: int) -> None:
         if stream_query(st) != 0:
             raise expired()
         return synchronize_stream(st)
-    if SEAM.on:
+    if SEAM.syncs:
         SEAM.synchronizing(st.ctx, "synchronize_stream_with_timeout")
     _traced_wait("synchronize_stream_with_timeout", st, lambda: st.ctx.client.call(
         "stream_sync", st.id, pass_req=True, timeout=timeout_ms / 1000, timeout_error=expired), timeout_ms=timeout_ms)
-    if SEAM.on:
+    if SEAM.syncs:
         SEAM.synchronized_stream(st, "synchronize_stream_with_timeout")
 
 
@@ -137,7 +139,7 @@ def stream_query(stream=None) -> int:
     """ACL_STREAM_STATUS_COMPLETE (0) when all its work is done, else NOT_READY (1)."""
     st = stream_handle(stream, "stream_query")
     status = st.ctx.client.call("stream_query", st.id)
-    if status == 0 and SEAM.on:
+    if status == 0 and SEAM.syncs:
         SEAM.synchronized_stream(st, None)      # the host saw it finish: as good as a synchronize
     return status
 
@@ -145,12 +147,12 @@ def stream_query(stream=None) -> int:
 def synchronize_device() -> None:
     """Wait for all streams of the current context; raises the first async failure."""
     ctx = RUNTIME.require_current("synchronize_device")
-    if SEAM.on:
+    if SEAM.syncs:
         SEAM.synchronizing(ctx, "synchronize_device")
     st = stream_handle(None, "synchronize_device")     # make sure the default stream exists on the card
     ctx.client.call("default_stream")
     _traced_wait("synchronize_device", st, lambda: ctx.client.call("device_sync", pass_req=True))
-    if SEAM.on:
+    if SEAM.syncs:
         SEAM.synchronized_device(ctx, "synchronize_device")
 
 
@@ -213,14 +215,14 @@ def query_event_status(event: Event) -> int:
     """ACL_EVENT_RECORDED_STATUS_COMPLETE (1) once the latest record completed, else NOT_READY (0)."""
     ev = _event(event, "query_event_status")
     status = ev.ctx.client.call("event_query", ev.id)
-    if status == 1 and SEAM.on:
+    if status == 1 and SEAM.syncs:
         SEAM.synchronized_event(ev, None)
     return status
 
 
 def synchronize_event(event: Event) -> None:
     ev = _event(event, "synchronize_event")
-    if SEAM.on:
+    if SEAM.syncs:
         SEAM.synchronizing(ev.ctx, "synchronize_event")
     if ev.gen:
         st = stream_handle(None, "synchronize_event") if RUNTIME.current is ev.ctx else None
@@ -229,7 +231,7 @@ def synchronize_event(event: Event) -> None:
         else:
             _traced_wait("synchronize_event", st, lambda: ev.ctx.client.call("event_sync", ev.id, ev.gen,
                                                                              pass_req=True), event=ev.id, gen=ev.gen)
-    if SEAM.on:
+    if SEAM.syncs:
         SEAM.synchronized_event(ev, "synchronize_event")
 
 
