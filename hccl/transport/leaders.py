@@ -22,8 +22,6 @@ found in its own node (a rank that never arrived or left) — the root sends tha
 
 from __future__ import annotations
 
-import hmac
-import secrets
 import select
 import socket
 import threading
@@ -33,7 +31,7 @@ import msgpack
 
 from ..types import HcclResult
 from .direct import GRACE, Failed, Partial, finish, merge
-from .link import _HEAD, MAX_HEADER, TOKEN_BYTES, TOKEN_WAIT, _recv_exact
+from .link import TOKEN_WAIT, admit, connect, frame_head, listen, read_frame, serve
 
 REPORT_GRACE = 5.0    # seconds the root waits for a node's part beyond HCCL_EXEC_TIMEOUT (below GRACE)
 
@@ -43,18 +41,13 @@ class Closed(Exception):
 
 
 def _send(conn: socket.socket, header, payload: bytes = b"") -> None:
-    head = msgpack.packb(header)
-    conn.sendall(_HEAD.pack(len(head), len(payload)) + head + bytes(payload))
+    conn.sendall(frame_head(header, len(payload)) + bytes(payload))
 
 
 def _read(conn: socket.socket):
     """One frame: (header, payload). Raises Closed."""
     try:
-        hlen, plen = _HEAD.unpack(_recv_exact(conn, _HEAD.size))
-        if hlen > MAX_HEADER:
-            raise Closed("a header too large for a frame")
-        header = msgpack.unpackb(_recv_exact(conn, hlen), use_list=True)
-        return header, bytes(_recv_exact(conn, plen)) if plen else b""
+        return read_frame(conn)
     except (OSError, EOFError, ValueError, msgpack.UnpackException) as e:
         raise Closed(str(e) or type(e).__name__) from None
 
@@ -68,27 +61,16 @@ class Listener:
     presented this process's token."""
 
     def __init__(self, host: str):
-        self.token = secrets.token_bytes(TOKEN_BYTES)
-        self._sock = socket.create_server((host, 0), backlog=512)
-        self.address = [host, self._sock.getsockname()[1], self.token.hex()]
+        self._sock, self.token, self.address = listen(host)
         self._ready: dict[tuple, socket.socket] = {}
         self._cv = threading.Condition()
-        threading.Thread(target=self._accept, name="hccl-leaders-accept", daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._hello, args=(conn,), name="hccl-leaders-hello", daemon=True).start()
+        serve(self._sock, self._hello, "hccl-leaders")
 
     def _hello(self, conn: socket.socket) -> None:
         try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.settimeout(TOKEN_WAIT)     # a client that connects and says nothing does not hold a thread
-            if not hmac.compare_digest(_recv_exact(conn, TOKEN_BYTES), self.token):
+            if not admit(conn, self.token):
                 raise Closed("wrong token")
+            conn.settimeout(TOKEN_WAIT)     # and then says which communicator and node it leads
             (kind, comm_id, index), _ = _read(conn)
             if kind != "lead":
                 raise Closed(f"unknown hello {kind!r}")
@@ -188,15 +170,11 @@ class LeaderLink:
 
     def _to_root(self) -> socket.socket:
         if self.root is None:
-            host, port, token = self.addresses[0]
             try:
-                conn = socket.create_connection((host, int(port)), timeout=10)
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                conn.sendall(bytes.fromhex(token))
+                conn = connect(self.addresses[0])
                 _send(conn, ["lead", self.comm_id, self.index])
-                conn.settimeout(None)
             except OSError as e:
-                raise Closed(f"{host}:{port}: {e}") from None
+                raise Closed(f"{self.addresses[0][0]}:{self.addresses[0][1]}: {e}") from None
             self.root = conn
         return self.root
 

@@ -67,35 +67,18 @@ class LinkServer:
 
     def __init__(self, host: str):
         self.mailbox = Mailbox()
-        self.token = secrets.token_bytes(TOKEN_BYTES)
-        self._sock = socket.create_server((host, 0), backlog=512)
-        self.address = [host, self._sock.getsockname()[1], self.token.hex()]
+        self._sock, self.token, self.address = listen(host)
         self._out: dict[tuple, tuple[socket.socket, threading.Lock]] = {}
         self._out_lock = threading.Lock()
-        threading.Thread(target=self._accept, name="hccl-link-accept", daemon=True).start()
+        serve(self._sock, self._read, "hccl-link")
 
     # -- receiving ----------------------------------------------------------------------------------
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._read, args=(conn,), name="hccl-link-read", daemon=True).start()
-
     def _read(self, conn: socket.socket) -> None:
         try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.settimeout(TOKEN_WAIT)      # a client that connects and says nothing does not hold a thread forever
-            if not hmac.compare_digest(_recv_exact(conn, TOKEN_BYTES), self.token):
+            if not admit(conn, self.token):
                 return
-            conn.settimeout(None)            # then frames come whenever a collective sends one
-            while True:
-                hlen, plen = _HEAD.unpack(_recv_exact(conn, _HEAD.size))
-                if hlen > MAX_HEADER:
-                    return
-                comm_id, key, header = msgpack.unpackb(_recv_exact(conn, hlen), use_list=True)
-                payload = _recv_exact(conn, plen) if plen else b""
+            while True:                      # frames come whenever a collective sends one
+                (comm_id, key, header), payload = read_frame(conn)
                 self.mailbox.put((comm_id, *key), header, payload)
         except (OSError, EOFError, ValueError, MemoryError, msgpack.UnpackException):
             return
@@ -109,9 +92,8 @@ class LinkServer:
         if list(address) == self.address:
             self.mailbox.put((comm_id, *key), header, bytes(payload))
             return
-        head = msgpack.packb([comm_id, list(key), header])
         view = memoryview(payload).cast("B") if not isinstance(payload, bytes) else payload
-        frame = _HEAD.pack(len(head), len(view)) + head
+        frame = frame_head([comm_id, list(key), header], len(view))
         sock, lock = self._connection(address)
         try:
             with lock:
@@ -131,10 +113,7 @@ class LinkServer:
             if got is not None:
                 return got
         try:
-            sock = socket.create_connection(where, timeout=10)
-            sock.settimeout(None)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(bytes.fromhex(address[2]))
+            sock = connect(address)
         except OSError as e:
             raise LinkClosed(f"{where[0]}:{where[1]}: {e}") from None
         with self._out_lock:
@@ -143,6 +122,62 @@ class LinkServer:
                 return self._out[where]
             self._out[where] = (sock, threading.Lock())
             return self._out[where]
+
+
+# -- what both ends of a direct connection do (also the node leaders' connections: ``leaders.py``) ---------
+def listen(host: str) -> tuple[socket.socket, bytes, list]:
+    """A listening socket on ``host``, a fresh token, and the address others connect to: [host, port, token]."""
+    token = secrets.token_bytes(TOKEN_BYTES)
+    sock = socket.create_server((host, 0), backlog=512)
+    return sock, token, [host, sock.getsockname()[1], token.hex()]
+
+
+def serve(sock: socket.socket, handle, name: str) -> None:
+    """Accept connections on ``sock`` in a thread, each handled by ``handle(conn)`` in a thread of its own."""
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=handle, args=(conn,), name=f"{name}-read", daemon=True).start()
+    threading.Thread(target=accept, name=f"{name}-accept", daemon=True).start()
+
+
+def admit(conn: socket.socket, token: bytes) -> bool:
+    """Whether an accepted connection presents ``token`` within TOKEN_WAIT (a client that connects and says
+    nothing does not hold a thread forever); it then blocks for as long as frames take to come."""
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.settimeout(TOKEN_WAIT)
+    if not hmac.compare_digest(_recv_exact(conn, TOKEN_BYTES), token):
+        return False
+    conn.settimeout(None)
+    return True
+
+
+def connect(address) -> socket.socket:
+    """A connection to the process listening at ``address`` ([host, port, token]), its token presented. Raises
+    OSError."""
+    sock = socket.create_connection((address[0], int(address[1])), timeout=10)
+    sock.settimeout(None)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.sendall(bytes.fromhex(address[2]))
+    return sock
+
+
+def frame_head(header, payload_bytes: int) -> bytes:
+    """The bytes of a frame before its payload: the two lengths, then ``header`` in msgpack."""
+    head = msgpack.packb(header)
+    return _HEAD.pack(len(head), payload_bytes) + head
+
+
+def read_frame(conn: socket.socket):
+    """One frame: (header, payload). Raises OSError, EOFError, ValueError or msgpack's errors."""
+    hlen, plen = _HEAD.unpack(_recv_exact(conn, _HEAD.size))
+    if hlen > MAX_HEADER:
+        raise ValueError(f"a frame header of {hlen} bytes (at most {MAX_HEADER})")
+    header = msgpack.unpackb(_recv_exact(conn, hlen), use_list=True)
+    return header, bytes(_recv_exact(conn, plen)) if plen else b""
 
 
 def _recv_exact(conn: socket.socket, n: int) -> bytes:

@@ -12,6 +12,7 @@ import pytest
 from hccl import HcclResult
 from hccl.transport import leaders
 from hccl.transport.direct import Failed, Partial
+from hccl.transport.link import TOKEN_BYTES
 
 NODES = ["a", "a", "b", "b", "c"]
 GROUPS = [[0, 1], [2, 3], [4]]
@@ -112,7 +113,7 @@ def test_a_connection_without_the_token_is_never_taken():
     listener = leaders.listener("127.0.0.1")
     host, port, _ = listener.address
     with socket.create_connection((host, port), timeout=5) as s:
-        s.sendall(b"\0" * leaders.TOKEN_BYTES)
+        s.sendall(b"\0" * TOKEN_BYTES)
         leaders._send(s, ["lead", "stranger", 1])
         assert listener.take("stranger", 1, 0.5) is None
         s.settimeout(5)
