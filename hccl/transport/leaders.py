@@ -74,7 +74,7 @@ class Listener:
             (kind, comm_id, index), _ = _read(conn)
             if kind != "lead":
                 raise Closed(f"unknown hello {kind!r}")
-            conn.settimeout(None)
+            conn.settimeout(GRACE)          # frames are read once select says they came: a half-sent one is bounded
         except (OSError, EOFError, ValueError, TypeError, Closed):
             conn.close()
             return
@@ -173,6 +173,7 @@ class LeaderLink:
             try:
                 conn = connect(self.addresses[0])
                 _send(conn, ["lead", self.comm_id, self.index])
+                conn.settimeout(GRACE)      # as the root's end: no read or write of a frame blocks for ever
             except OSError as e:
                 raise Closed(f"{self.addresses[0][0]}:{self.addresses[0][1]}: {e}") from None
             self.root = conn
