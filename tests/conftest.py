@@ -11,6 +11,10 @@ a deadline for every test, and a check at the end that nothing this session star
   a faulthandler watchdog ends a hung run instead of letting it hang silently.
 - At session finish: every process the Ray session started is gone (killed by pid and reported if
   not), and no npusim/Ray file was left in /dev/shm.
+- Two tiers. ``python -m pytest -q`` (the README's command) runs everything but the tests marked ``slow``:
+  whole jobs that take 10 s or more each (many simulated nodes, killed processes, warm-card daemons, the contract
+  sweep). ``--slow`` runs them too; ``--slow -m slow`` only them (``.ci/run``'s next step). A test named on
+  the command line runs whatever its tier.
 """
 
 from __future__ import annotations
@@ -61,6 +65,46 @@ def pytest_configure(config):
         _log_root = os.environ["ASCEND_PROCESS_LOG_PATH"] = tempfile.mkdtemp(prefix="npusim-test-log-")
     _shm_before = _shm_names()
     config.addinivalue_line("markers", "ray: needs the embedded Ray session (slow)")
+    config.addinivalue_line("markers", "slow: the slow end-to-end tier, not run by default (--slow runs it)")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true",
+                     help="also run the slow end-to-end tier (tests marked slow; .ci/run runs it after the README's "
+                          "command)")
+
+
+def _named(config, item) -> bool:
+    """Whether the command line named this test itself (a node id), not only its file or directory."""
+    return any("::" in a and item.nodeid.startswith(a.split("[")[0].replace(os.sep, "/").lstrip("./"))
+               for a in config.args)
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--slow"):
+        return
+    slow = [i for i in items if i.get_closest_marker("slow") is not None and not _named(config, i)]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        keep = set(map(id, slow))
+        items[:] = [i for i in items if id(i) not in keep]
+        config._npusim_slow_left = len(slow)
+        if hasattr(config, "workeroutput"):           # a pytest-xdist worker: tell the controller
+            config.workeroutput["npusim_slow_left"] = len(slow)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller: how many slow tests its workers left out (each collects the whole suite)."""
+    left = getattr(node, "workeroutput", {}).get("npusim_slow_left", 0)
+    node.config._npusim_slow_left = max(getattr(node.config, "_npusim_slow_left", 0), left)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    left = getattr(config, "_npusim_slow_left", 0)
+    if left:
+        terminalreporter.write_line(f"{left} slow end-to-end tests were not run (the slow tier): "
+                                    f"python -m pytest -q --slow -m slow runs them")
 
 
 def pytest_unconfigure(config):

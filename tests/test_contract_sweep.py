@@ -239,6 +239,7 @@ def sweep(rt, comm, tmp_dir, model, functions=None):
     return problems
 
 
+@pytest.mark.slow
 def test_every_public_function_raises_only_npu_errors(hccl_rt_for_sweep, tmp_path, monkeypatch, sweep_model):
     rt, comm = hccl_rt_for_sweep
     monkeypatch.chdir(tmp_path)          # functions that write files (rt.trace_dump) write them here

@@ -175,6 +175,7 @@ def _train_in_process(rt, world, *, epochs, train_size, batch, seed=0, hidden=12
     return replicas[0].host_state()
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.timeout(240)
 def test_rank_failure_restarts_from_checkpoint_and_finishes(tmp_path, rt_local):

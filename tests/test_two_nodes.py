@@ -45,6 +45,7 @@ def two_nodes():
             os.environ["RAY_TMPDIR"] = old_tmp
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_ranks_split_over_two_nodes_and_hierarchical_collectives_match_numpy(two_nodes, collectives_check):
     proc = subprocess.run([sys.executable, "-m", "launcher", "--nnodes", "2", "--nproc", "4",

@@ -62,6 +62,7 @@ def _ranks(sockets, scenario, per_rank=None, **env_extra):
     return reports
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_every_large_collective_run_by_the_ranks_equals_numpy(cards):
     reports = _ranks(cards, "all")
@@ -72,6 +73,7 @@ def test_every_large_collective_run_by_the_ranks_equals_numpy(cards):
     assert len({rep["digest"] for rep in reports}) == 1         # every rank holds the same bits
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ranks_on_the_host_and_on_their_cards_interoperate(cards):
     reports = _ranks(cards, "mixed")
@@ -82,6 +84,7 @@ def test_ranks_on_the_host_and_on_their_cards_interoperate(cards):
     assert len({rep["digest"] for rep in reports}) == 1         # host and card: the same reduction order
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_ranks_with_the_host_path_off_interoperate(cards):
     reports = _ranks(cards, "all", per_rank=lambda r: {"NPUSIM_HCCL_HOST_PATH": "0"} if r in (2, 5) else {})
@@ -91,6 +94,7 @@ def test_ranks_with_the_host_path_off_interoperate(cards):
     assert len({rep["digest"] for rep in reports}) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_hand_over_between_steps_continues_from_the_next_step(cards):
     """With no wait at the step barriers (``hostsched.MID_WAIT = 0`` in the ranks), ranks hand the rest of most
@@ -102,6 +106,7 @@ def test_a_hand_over_between_steps_continues_from_the_next_step(cards):
     assert len({rep["digest"] for rep in reports}) == 1
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_late_peer_hands_the_rest_over_to_the_card(cards):
     reports = _ranks(cards, "late", NPUSIM_HCCL_HOST_WAIT_MS="5")
@@ -110,6 +115,7 @@ def test_late_peer_hands_the_rest_over_to_the_card(cards):
     assert sum(rep["host"]["handed"] for rep in reports[1:]) >= 3, reports
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_a_dead_peer_is_reported_by_name(cards):
     reports = _ranks(cards, "dead")
@@ -120,6 +126,7 @@ def test_a_dead_peer_is_reported_by_name(cards):
         assert code == E_REMOTE and f"rank {N - 1}" in message and "EI0002" in message, message
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_mismatched_large_calls_fail_on_every_rank_and_the_comm_recovers(cards):
     reports = _ranks(cards, "mismatch")

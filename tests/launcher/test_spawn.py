@@ -114,6 +114,7 @@ def test_nested_functions_and_lambdas_are_refused_before_anything_starts():
         assert "module level" in str(info.value)
 
 
+@pytest.mark.slow
 def test_repeated_spawns_leak_no_threads_fds_or_temp_dirs(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # other jobs on this machine use /tmp too
     tmp = tmp_path

@@ -9,7 +9,7 @@ import pytest
 import launcher
 from rt.ray import pool
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def first_job():

@@ -13,7 +13,7 @@ import ray
 
 from rt.ray import pool
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 JOBS = 6                        # a leak of one thread per job shows as +6; noise is at most +3
 

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-pytestmark = pytest.mark.timeout(170)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
 
 HELLO = textwrap.dedent("""
     import os, hccl, rt, numpy as np

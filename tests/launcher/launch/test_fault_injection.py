@@ -78,6 +78,7 @@ def _shape(message: str) -> str:
     return re.sub(r"pid \d+", "pid <pid>", re.sub(r"comm '[^']*'", "comm '<id>'", message))   # went to the card
 
 
+@pytest.mark.slow
 def test_kill_is_a_rank_process_dying_of_sigkill(npu_spawn, tmp_path):
     text0, genuine = _run(npu_spawn, tmp_path, "genuine", "kill")
     text1, injected = _run(npu_spawn, tmp_path, "injected", "", inject="kill:rank=1:collective=2")
@@ -216,6 +217,7 @@ def test_train_with_a_killed_rank_and_one_restart_ends_as_an_undisturbed_run(npu
 
 
 # ------------------------------------------------------------------------------------------------ kill_card (last)
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_kill_card_is_a_card_actor_dying(npu_spawn, tmp_path, capsys):
     _, genuine = _run(npu_spawn, tmp_path, "genuine", "kill_card")

@@ -17,7 +17,7 @@ from hccl import algos
 
 ROOT = Path(__file__).resolve().parents[3]
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 RANKS = textwrap.dedent("""
     import json, os

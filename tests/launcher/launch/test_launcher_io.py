@@ -115,6 +115,7 @@ def long_tmpdir():
     subprocess.run(["rm", "-rf", scratch])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_long_tmpdir_runs_and_leaves_no_ray_session(long_tmpdir, tmp_path):
     """Ray's own default under a long $TMPDIR would exceed AF_UNIX's 107 bytes (a Ray traceback, a session
@@ -133,6 +134,7 @@ def test_a_long_tmpdir_runs_and_leaves_no_ray_session(long_tmpdir, tmp_path):
     assert not (long_tmpdir / "ray").exists() and list(long_tmpdir.rglob("session*")) == []
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_tmpdir_too_long_for_card_sockets_still_runs_a_job_on_cards(tmp_path):
     """A $TMPDIR of 110 characters: a card's socket path inside it would pass AF_UNIX's 107 bytes, so npusim's
