@@ -10,8 +10,9 @@ session (one node when W <= --nproc), every rank's first 1 KiB all_reduce, then 
 Gloo: ``torchrun --nproc-per-node W bench/peers/gloo_allreduce.py all_reduce`` (start-up with --first-only, then
 the 1 KiB sweep point). Reported per world: seconds from process start to rank 0's first completed all_reduce,
 wall time to exit, the 1 KiB all_reduce (rank 0's median, and the slowest rank's median), the big
-all_reduce's time and wrong elements, and the peak of the machine's used memory above the idle baseline
-(sampled every 0.2 s: what the whole job — Ray, cards, ranks — adds).
+all_reduce's time and wrong elements, and the peak of the machine's memory in use (processes' and /dev/shm's,
+where card memory lives) above the idle baseline (sampled every 0.2 s: what the whole job — Ray, cards, ranks —
+adds). With ``--big`` each rank holds the big tensor only on its card: it writes and checks it a MiB at a time.
 """
 
 from __future__ import annotations
@@ -34,17 +35,24 @@ from peers.common import parse_size
 PEERS_DIR = os.path.join(ROOT, "bench", "peers")
 
 
+def _in_use() -> int:
+    """The machine's memory in use: total - available (psutil's ``used`` on Linux), which counts /dev/shm too —
+    the cards' memory — since shared memory is not reclaimable."""
+    vm = psutil.virtual_memory()
+    return vm.total - vm.available
+
+
 class PeakMemory:
-    """The machine's used memory above the baseline taken at start, its peak over the sampled span."""
+    """The machine's memory in use above the baseline taken at start, its peak over the sampled span."""
 
     def __init__(self, every: float = 0.2):
-        self.base = psutil.virtual_memory().used
+        self.base = _in_use()
         self.peak, self._every, self._stop = 0, every, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self._every):
-            self.peak = max(self.peak, psutil.virtual_memory().used - self.base)
+            self.peak = max(self.peak, _in_use() - self.base)
 
     def __enter__(self):
         self._thread.start()
