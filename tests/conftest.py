@@ -13,8 +13,8 @@ a deadline for every test, and a check at the end that nothing this session star
   not), and no npusim/Ray file was left in /dev/shm.
 - Two tiers. ``python -m pytest -q`` (the README's command) runs everything but the tests marked ``slow``:
   whole jobs that take 10 s or more each (many simulated nodes, killed processes, warm-card daemons, the contract
-  sweep). ``--slow`` runs them too; ``--slow -m slow`` only them (``.ci/run``'s next step). A test named on
-  the command line runs whatever its tier.
+  sweep). ``--slow`` runs them too; ``--slow -m slow`` only them (``.ci/run``'s next step). The tests of a file
+  named on the command line (or a node id) run whatever their tier.
 """
 
 from __future__ import annotations
@@ -75,9 +75,13 @@ def pytest_addoption(parser):
 
 
 def _named(config, item) -> bool:
-    """Whether the command line named this test itself (a node id), not only its file or directory."""
-    return any("::" in a and item.nodeid.startswith(a.split("[")[0].replace(os.sep, "/").lstrip("./"))
-               for a in config.args)
+    """Whether the command line named this test's file (or the test itself, by node id), not only a directory."""
+    files = getattr(config, "_npusim_named_files", None)
+    if files is None:
+        base = Path(config.invocation_params.dir)
+        files = config._npusim_named_files = {(base / a.split("::")[0]).resolve() for a in config.args
+                                              if a.split("::")[0].endswith(".py")}
+    return bool(files) and Path(item.path).resolve() in files
 
 
 def pytest_collection_modifyitems(config, items):
