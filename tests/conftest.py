@@ -90,8 +90,8 @@ def pytest_collection_modifyitems(config, items):
     slow = [i for i in items if i.get_closest_marker("slow") is not None and not _named(config, i)]
     if slow:
         config.hook.pytest_deselected(items=slow)
-        keep = set(map(id, slow))
-        items[:] = [i for i in items if id(i) not in keep]
+        left_out = set(slow)
+        items[:] = [i for i in items if i not in left_out]
         config._npusim_slow_left = len(slow)
         if hasattr(config, "workeroutput"):           # a pytest-xdist worker: tell the controller
             config.workeroutput["npusim_slow_left"] = len(slow)
