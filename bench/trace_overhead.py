@@ -8,6 +8,11 @@ Each round runs, in this order, with ``NPUSIM_TRACE_BUFFER_SIZE=0`` then unset (
   ``launch --nproc 8 examples/train.py --epochs 2`` (its final samples/s line).
 Reported: per-size median time off / on and the overhead (on/off - 1), and train samples/s off / on.
 Each child runs on its own embedded Ray session (``NPUSIM_CLUSTER=0``), like a user's run.
+
+Then, ``--paired-rounds`` times (default 2), the paired measure: ``launch --nproc 8 bench/peers/trace_paired.py``
+per ``--paired-sizes`` size, which switches the recorder off and on every 25 calls inside one job, so both see the
+same processes and the same load (separate runs differ by more than the recorder costs). Reported: the median
+over ranks and rounds of each rank's median wall and CPU time per call, off and on.
 """
 
 from __future__ import annotations
@@ -50,6 +55,16 @@ def train(ns, log) -> float | None:
     return float(m.group(1)) if code == 0 and m else None
 
 
+def paired(ns, size: int, log) -> list[dict] | None:
+    """Every rank's ``TRACE_PAIRED`` record of one ``trace_paired.py`` job (None: it failed; the log says why)."""
+    cmd = [sys.executable, "-m", "launcher", "--nproc", str(ns.nproc), os.path.join(ROOT, "bench", "peers",
+                                                                                     "trace_paired.py"),
+           "--bytes", str(size)]
+    code, out, _ = compare.run_child(cmd, ns.timeout, log)
+    rows = [json.loads(line.split("TRACE_PAIRED ", 1)[1]) for line in out.splitlines() if "TRACE_PAIRED " in line]
+    return rows if code == 0 and len(rows) == ns.nproc else None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="trace_overhead", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -60,6 +75,8 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=600)
     p.add_argument("--log", default="/tmp/npusim-trace-overhead.log")
     p.add_argument("--json-out", default=None)
+    p.add_argument("--paired-rounds", type=int, default=2, help="jobs per size of the paired measure (0: none)")
+    p.add_argument("--paired-sizes", default="1K,64K")
     ns = p.parse_args(argv)
     saved = {k: os.environ.get(k) for k in ("NPUSIM_CLUSTER", "NPUSIM_TRACE_BUFFER_SIZE")}
     res = {"off": {"sweep": [], "train": []}, "on": {"sweep": [], "train": []}}
@@ -91,9 +108,37 @@ def main(argv=None) -> int:
     if t_off and t_on:
         a, b = statistics.median(t_off), statistics.median(t_on)
         print(f"| train.py samples/s | {a:.0f} | {b:.0f} | {100 * (a / b - 1):+.1f}% (time) |")
+    pairs = {}
+    if ns.paired_rounds > 0:
+        saved_cluster = os.environ.get("NPUSIM_CLUSTER")
+        os.environ["NPUSIM_CLUSTER"] = "0"
+        try:
+            with open(ns.log, "a") as log:
+                for rnd in range(ns.paired_rounds):
+                    for size in ns.paired_sizes.split(","):
+                        rows = paired(ns, compare.parse_size(size), log)
+                        pairs.setdefault(size, []).extend(rows or [])
+                        print(f"paired round {rnd + 1} {size}: {'ok' if rows else 'failed (see ' + ns.log + ')'}",
+                              flush=True)
+        finally:
+            if saved_cluster is None:
+                os.environ.pop("NPUSIM_CLUSTER", None)
+            else:
+                os.environ["NPUSIM_CLUSTER"] = saved_cluster
+        print(f"\npaired: the recorder off and on every 25 calls in one job ({ns.paired_rounds} jobs per size; "
+              f"median over ranks of each rank's median per call)")
+        print("| size | wall off | wall on | overhead | CPU off | CPU on | overhead |\n|---|---|---|---|---|---|---|")
+        for size, rows in pairs.items():
+            if not rows:
+                continue
+            m = {k: statistics.median(r[k] for r in rows) for k in ("wall_off_us", "wall_on_us", "cpu_off_us",
+                                                                   "cpu_on_us")}
+            print(f"| {size} | {m['wall_off_us']:.0f} µs | {m['wall_on_us']:.0f} µs | "
+                  f"{100 * (m['wall_on_us'] / m['wall_off_us'] - 1):+.1f}% | {m['cpu_off_us']:.1f} µs | "
+                  f"{m['cpu_on_us']:.1f} µs | {100 * (m['cpu_on_us'] / m['cpu_off_us'] - 1):+.1f}% |")
     if ns.json_out:
         with open(ns.json_out, "w") as f:
-            json.dump({"raw": res, "sweep_median": summary}, f, indent=1)
+            json.dump({"raw": res, "sweep_median": summary, "paired": pairs}, f, indent=1)
     return 0
 
 

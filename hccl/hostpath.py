@@ -42,7 +42,7 @@ from rt.wire.segment import close_fds, map_received
 from . import hostsched
 from .transport import leaders
 from .errors import HcclError
-from .protocol.ctrlblock import ARRIVED, DONE, SLOT_WORDS, ControlBlock, WaitAbort, wait_until
+from .protocol.ctrlblock import ARRIVED, DONE, SLOT_WORDS, SPINNER, ControlBlock, WaitAbort, wait_until
 from .protocol.nodestaged import HostLead, HostNode
 from .protocol.staged import (fast_reduce, fast_split, fits_stage, split_gather, split_own, split_reduce, stage_out,
                               stage_source)
@@ -136,6 +136,14 @@ def start_lead(comm, host_links) -> HostLead | None:
     return HostLead(comm, ctrl, link)
 
 
+def _copy_pair(dst: np.ndarray, src: np.ndarray) -> tuple:
+    """``(dst, src)`` such that ``dst[:] = src`` copies ``src`` into ``dst``: as byte memoryviews (one memcpy, none of
+    numpy's dispatch) when both are contiguous, else the arrays themselves."""
+    if dst.flags.c_contiguous and src.flags.c_contiguous:
+        return memoryview(dst).cast("B"), memoryview(src).cast("B")
+    return dst, src
+
+
 class Prepared:
     """What the host path computes once per call signature (``handle.Call``): the views of the call's buffers
     (valid while the context forgets no allocation), the stage areas it writes and reads, and the
@@ -148,12 +156,15 @@ class Prepared:
         self.op, self.params = op, p
         self.source = stage_source(op, p, rank)
         # where this rank's fingerprint goes, its bytes, every rank's area and what it holds when all called this
-        self.fp_area, self.fp_bytes, self.fp_all, self.fp_agreed = ctrl.fingerprint_setup(rank, p["fingerprint"])
+        areas, data, self.fp_all, self.fp_agreed = ctrl.fingerprint_setup(rank, p["fingerprint"])
+        self.fp_area, self.fp_bytes = [memoryview(a) for a in areas], memoryview(data)    # assigned: one memcpy
+        self.order = call.stream.ctx.client.stream_order(call.stream.id)     # its stream's order lock
         self.generation = -1            # of the device map when ``views`` were taken
         self.views: dict = {}
         self.ctrl_stage = [ctrl.stage(rank, parity) for parity in (0, 1)]
         self.stage_in: list = []        # per parity: (this rank's stage, its input), or None
         self.reduce = fast_reduce(ctrl, rank, op, p)
+        self.reduce_out = None          # the typed view of "recv" the reduction writes (with ``views``)
         self.split = None               # a split all_reduce: (own block, the others' blocks), by (parity, recv)
         if split_reduce(op, p, ctrl.n):
             self.split = fast_split(ctrl, rank, p) or (
@@ -164,7 +175,7 @@ class Prepared:
         """This rank's part of the call before it arrives: its input staged (if it stages one), its fingerprint."""
         staged = self.stage_in[parity]
         if staged is not None:
-            np.copyto(*staged)
+            staged[0][:] = staged[1]
         self.fp_area[parity][:] = self.fp_bytes
 
     def refresh(self, devmap, buffers) -> bool:
@@ -176,9 +187,14 @@ class Prepared:
                 if views[name] is None:
                     return False
         self.views = views
+        recv = views.get("recv")
+        try:
+            self.reduce_out = None if recv is None or self.reduce is None else recv.view(self.reduce.dtype)
+        except ValueError:              # a size the dtype does not divide: prep.reduce raises, the card says why
+            self.reduce_out = None
         data = views.get(self.source) if self.source else None
         self.stage_in = [None, None] if data is None else \
-            [(self.ctrl_stage[parity][:data.size], data) for parity in (0, 1)]
+            [_copy_pair(self.ctrl_stage[parity][:data.size], data) for parity in (0, 1)]
         return True
 
 
@@ -219,7 +235,12 @@ class HostPath:
 
     def run(self, stream, seq: int, call, params: dict) -> bool:
         """Run collective ``seq`` (a call of signature ``call``; ``params`` as sent) here if possible; False
-        (nothing done) means: submit it to the card."""
+        (nothing done) means: submit it to the card.
+
+        The hot path of a small collective: with 8 ranks on 2 cores every call runs with cold caches, and each
+        Python call on its way costs 1-3 % of it (docs/performance.md), so the single-node staged protocol is
+        written out here rather than spread over helpers (``arrive``, ``Prepared.publish`` and ``_wait`` do the
+        same for the protocol across nodes)."""
         self.handed_task = None
         prep = call.host
         if prep is False:
@@ -237,49 +258,59 @@ class HostPath:
                 except NpuError:        # the card is gone or refused: its own path reports why
                     return False
                 prep.generation = generation
-            return self._run(stream, seq, prep, call, params)
+            if self.node is not None:
+                return self.node.run(self, stream, seq, prep, call, params)
+            if prep.large:
+                return hostsched.run(self, stream, seq, prep, call, params)
+            ctrl, rank = self.ctrl, self.comm.rank
+            words, slot = ctrl.words, rank * SLOT_WORDS
+            client = stream.ctx.client
+            with prep.order:
+                # Start it here only if nothing before it on the stream, and no earlier collective of this
+                # communicator (possibly on another stream), is still with the card: it may be touching this
+                # rank's slot. Then publish (input staged, fingerprint), set ARRIVED, arrive at the barrier.
+                if not client.stream_done(stream.id) or words[slot + DONE] != seq - 1:
+                    return False
+                parity = seq & 1
+                staged = prep.stage_in[parity]
+                if staged is not None:
+                    staged[0][:] = staged[1]
+                prep.fp_area[parity][:] = prep.fp_bytes
+                words[slot + ARRIVED] = seq
+                target = ctrl.arrive(rank)
+                phases = ctrl.phase_words
+                if not (SPINNER.spin_phase(phases, target) or self._sleep(phases, target)):     # self._wait
+                    return self._hand_over(client, stream, seq, call, params, target)
+                if prep.fp_all[parity].tobytes() != prep.fp_agreed:
+                    return self._hand_over(client, stream, seq, call, params, target)
+                recv = prep.views.get("recv")
+                try:
+                    if prep.split is not None:
+                        prep.split[0](parity, recv)
+                    elif prep.reduce is not None:
+                        out = prep.reduce_out
+                        if out is not None:         # prep.reduce(parity, recv), written out
+                            reduce = prep.reduce
+                            reduce.combine(reduce.stages[parity], axis=0, out=out)
+                        else:
+                            prep.reduce(parity, recv)
+                    else:
+                        stage_out(ctrl, rank, seq, prep.op, prep.params, recv)
+                except Exception:          # the card computes it again and reports what went wrong
+                    return self._hand_over(client, stream, seq, call, params, target)
+                if prep.split is not None:     # the second phase: every other rank's reduced block
+                    target = ctrl.arrive(rank)
+                    if not self._wait(phases, target):
+                        return self._hand_over(client, stream, seq, call, params, target, 2)
+                    try:
+                        prep.split[1](parity, recv)
+                    except Exception:
+                        return self._hand_over(client, stream, seq, call, params, target, 2)
+                words[slot + DONE] = seq
+            self.done += 1
+            return True
         finally:
             devmap.leave()
-
-    def _run(self, stream, seq, prep, call, params) -> bool:
-        if self.node is not None:
-            return self.node.run(self, stream, seq, prep, call, params)
-        if prep.large:
-            return hostsched.run(self, stream, seq, prep, call, params)
-        ctrl, rank = self.ctrl, self.comm.rank
-        words, slot = ctrl.words, rank * SLOT_WORDS
-        client = stream.ctx.client
-        with client.stream_order(stream.id):
-            target = self.arrive(client, stream, seq, prep)
-            if target is None:
-                return False
-            parity = seq & 1
-            phases = ctrl.phase_words
-            if not self._wait(phases, target):
-                return self._hand_over(client, stream, seq, call, params, target)
-            if prep.fp_all[parity].tobytes() != prep.fp_agreed:
-                return self._hand_over(client, stream, seq, call, params, target)
-            recv = prep.views.get("recv")
-            try:
-                if prep.split is not None:
-                    prep.split[0](parity, recv)
-                elif prep.reduce is not None:
-                    prep.reduce(parity, recv)
-                else:
-                    stage_out(ctrl, rank, seq, prep.op, prep.params, recv)
-            except Exception:          # the card computes it again and reports what went wrong
-                return self._hand_over(client, stream, seq, call, params, target)
-            if prep.split is not None:     # the second phase: every other rank's reduced block
-                target = ctrl.arrive(rank)
-                if not self._wait(phases, target):
-                    return self._hand_over(client, stream, seq, call, params, target, 2)
-                try:
-                    prep.split[1](parity, recv)
-                except Exception:
-                    return self._hand_over(client, stream, seq, call, params, target, 2)
-            words[slot + DONE] = seq
-        self.done += 1
-        return True
 
     def arrive(self, client, stream, seq: int, prep, local=None) -> int | None:
         """Start collective ``seq`` here, with the stream's order lock held: None if it cannot — something before
@@ -295,12 +326,15 @@ class HostPath:
         return ctrl.arrive(rank, local, round_=local is not None)
 
     def _wait(self, phases, target) -> bool:
-        """Wait (at most the host wait) until every rank reached barrier phase ``target``; False: they did not."""
-        if min(phases) >= target:
-            return True
+        """Wait (at most the host wait) until every rank reached barrier phase ``target``; False: they did not.
+        It yields the core first while that pays (``Spinner``, as ``wait_until`` does), then :meth:`_sleep`."""
+        return SPINNER.spin_phase(phases, target) or self._sleep(phases, target)
+
+    def _sleep(self, phases, target) -> bool:
+        """:meth:`_wait` once yielding stopped paying: sleep on the block's futex, at most the host wait."""
         ctrl, rank = self.ctrl, self.comm.rank
         try:
-            wait_until(lambda: min(phases) >= target, timeout=self.wait,
+            wait_until(lambda: min(phases) >= target, timeout=self.wait, spin=False,
                        sleeper=lambda cond, seconds: ctrl.sleep(rank, cond, min(seconds, self.wait)))
         except WaitAbort:
             return False

@@ -88,12 +88,21 @@ def fast_reduce(ctrl: ControlBlock, rank: int, op: str, p: dict):
     # reduce along axis 0 of an (n, count) array runs rank after rank, as combine_stages does
     stages = [np.ndarray((ctrl.n, count), dtype, buffer=ctrl.raw, offset=ctrl.stage_base + parity * STAGE_BYTES
                          + first * itemsize, strides=(2 * STAGE_BYTES, itemsize)) for parity in (0, 1)]
-    combine = reduce_ufunc(p.get("op", 0)).reduce
+    return FastReduce(reduce_ufunc(p.get("op", 0)).reduce, stages, dtype)
 
-    def run(parity: int, recv: np.ndarray | None) -> None:
+
+class FastReduce:
+    """:func:`fast_reduce`'s function: ``combine(stages[parity], axis=0, out=recv.view(dtype))``. Its parts are
+    attributes, so a hot caller that keeps the typed view of its ``recv`` makes that one ufunc call itself."""
+
+    __slots__ = ("combine", "stages", "dtype")
+
+    def __init__(self, combine, stages: list, dtype: np.dtype):
+        self.combine, self.stages, self.dtype = combine, stages, dtype
+
+    def __call__(self, parity: int, recv: np.ndarray | None) -> None:
         if recv is not None:
-            combine(stages[parity], axis=0, out=recv.view(dtype))
-    return run
+            self.combine(self.stages[parity], axis=0, out=recv.view(self.dtype))
 
 
 SPLIT_BYTES = 64 << 10        # an all_reduce of this many bytes a rank or more is reduced in two phases (split)

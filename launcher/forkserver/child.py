@@ -4,6 +4,7 @@ the rank's process, from the fork until the rank's exit."""
 from __future__ import annotations
 
 import atexit
+import gc
 import io
 import os
 import runpy
@@ -21,6 +22,7 @@ _HERE = {os.path.abspath(__file__), os.path.abspath(os.path.join(os.path.dirname
 
 def become_rank(req: dict, stdout_fd: int, stderr_fd: int, server_sock) -> None:
     """Turn this freshly forked child into the rank ``req`` describes, run it, and exit with its status."""
+    gc.enable()                     # the server runs without collections; what it made is frozen (server.py)
     try:
         code = _setup_and_run(req, stdout_fd, stderr_fd, server_sock)
     except BaseException:  # noqa: BLE001 - nothing may return into the server's loop

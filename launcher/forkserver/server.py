@@ -4,6 +4,7 @@ each exit (see the package docstring). Started by ``client.py`` as ``python -c "
 from __future__ import annotations
 
 import array
+import gc
 import importlib
 import json
 import os
@@ -28,6 +29,12 @@ def serve() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a rank that needs it imports it (and reports the error) itself
             pass
+    # What the ranks inherit stays shared: the server collects once and then never again (a collection here
+    # would leave holes the children's allocations fill, dirtying shared pages), and each fork first freezes
+    # everything (``gc.freeze``), so a child's collections never write to the inherited objects' headers.
+    # The child turns collection back on at once (``child.become_rank``).
+    gc.collect()
+    gc.disable()
     threads = len(os.listdir("/proc/self/task"))
     if threads != 1:
         sock.send(json.dumps({"ready": False, "why": f"{threads} threads after imports"}).encode())
@@ -73,6 +80,7 @@ def serve() -> None:
                     os.close(fd)
                 sock.send(json.dumps({"id": req.get("id"), "error": "expected 2 descriptors"}).encode())
                 continue
+            gc.freeze()
             pid = os.fork()
             if pid == 0:
                 signal.set_wakeup_fd(-1)

@@ -154,6 +154,27 @@ def test_a_waiter_yields_while_yields_return_quickly_then_sleeps():
     assert clock.yields == int(ctrlblock.SPIN_SECONDS / 1e-6) + 1
 
 
+def test_the_phase_wait_spins_as_the_generic_one_does():
+    """``spin_phase(phases, target)`` is ``spin(lambda: min(phases) >= target)`` written out: the same yields, the
+    same answer and the same penalty for a long yield."""
+    for steps, arrive_after in (([5e-6] * 3, 3), ([5e-6, 150e-6], None), ([], None), ([3e-3], None)):
+        runs = []
+        for phased in (False, True):
+            clock = _Clock(list(steps))
+            spinner = ctrlblock.Spinner(clock, clock.yield_)
+            phases = [4, 5, 5]
+
+            def yield_(clock=clock, phases=phases):
+                clock.yield_()
+                if arrive_after is not None and clock.yields >= arrive_after:
+                    phases[0] = 5
+            spinner.yield_ = yield_
+            got = spinner.spin_phase(phases, 5) if phased else spinner.spin(lambda: min(phases) >= 5)
+            runs.append((got, clock.yields, spinner.skip, spinner.penalty))
+        assert runs[0] == runs[1], runs
+    assert ctrlblock.Spinner().spin_phase([7, 9], 7) is True           # complete already: no yield at all
+
+
 def test_a_yield_that_loses_the_core_for_long_stops_yielding_for_a_growing_number_of_waits():
     clock = _Clock([])
     spinner = ctrlblock.Spinner(clock, clock.yield_)
