@@ -1,5 +1,7 @@
-"""The fork server's torch variant: a program that imports torch is forked from a server that already imported
-torch and torch_npu; other programs keep the plain server and never start the torch one."""
+"""The fork server. Its torch variant: a program that imports torch is forked from a server that already imported
+torch and torch_npu; other programs keep the plain server and never start the torch one. And what a rank inherits
+stays shared: the server's objects are frozen before the fork (``gc.freeze``), so the rank's collections never
+write to them, while the rank collects its own garbage as any fresh interpreter does."""
 
 import os
 import sys
@@ -66,3 +68,45 @@ def test_a_torch_program_forks_with_torch_imported(tmp_path):
     assert (code, out) == (0, "True True\n"), err
     # a torch rank whose environment differs in what torch reads at import starts fresh
     assert client.server_for(argv, dict(env, TORCH_LOGS="+dynamo")) is None
+
+
+PROGRAM = """\
+import gc
+
+def dirty():
+    try:
+        with open("/proc/self/smaps_rollup") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Private_Dirty:"))
+    except (OSError, StopIteration):
+        return -1
+
+class Cycle:
+    pass
+
+c = Cycle()
+c.me = c
+del c
+before = dirty()
+found = gc.collect()
+after = dirty()
+print(gc.isenabled(), gc.get_freeze_count(), found, before, after)
+"""
+
+
+def test_a_forked_rank_collects_its_garbage_without_dirtying_what_it_inherited(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "NPUSIM_FORK_TORCH"}
+    script = tmp_path / "gc_prog.py"
+    script.write_text(PROGRAM)
+    argv = [sys.executable, "-u", str(script)]
+    server = client.ForkServer(sys.executable, env)       # its own: whatever server this process already has
+    try:
+        code, out, err = _run(server, argv, env, tmp_path)
+    finally:
+        server.close()
+    assert code == 0, err
+    enabled, frozen, found, before, after = out.split()
+    assert enabled == "True"                 # the rank collects: the cycle it made is found
+    assert int(found) >= 1
+    assert int(frozen) > 10_000              # numpy, rt, hccl, ... as the server imported them
+    if int(before) >= 0:                     # Linux: a full collection copies none of the inherited pages
+        assert int(after) - int(before) < 2048, (before, after)
