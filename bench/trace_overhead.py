@@ -80,6 +80,7 @@ def main(argv=None) -> int:
     ns = p.parse_args(argv)
     saved = {k: os.environ.get(k) for k in ("NPUSIM_CLUSTER", "NPUSIM_TRACE_BUFFER_SIZE")}
     res = {"off": {"sweep": [], "train": []}, "on": {"sweep": [], "train": []}}
+    pairs: dict[str, list] = {}
     try:
         with open(ns.log, "a") as log:
             for rnd in range(ns.rounds):
@@ -88,6 +89,13 @@ def main(argv=None) -> int:
                     res[mode]["sweep"].append(sweep(ns, log))
                     res[mode]["train"].append(train(ns, log))
                     print(f"round {rnd + 1} {mode}: train {res[mode]['train'][-1]} samples/s", flush=True)
+            with_env(True)              # the paired jobs switch the recorder themselves
+            for rnd in range(ns.paired_rounds):
+                for size in ns.paired_sizes.split(","):
+                    rows = paired(ns, compare.parse_size(size), log)
+                    pairs.setdefault(size, []).extend(rows or [])
+                    print(f"paired round {rnd + 1} {size}: {'ok' if rows else 'failed (see ' + ns.log + ')'}",
+                          flush=True)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -108,23 +116,7 @@ def main(argv=None) -> int:
     if t_off and t_on:
         a, b = statistics.median(t_off), statistics.median(t_on)
         print(f"| train.py samples/s | {a:.0f} | {b:.0f} | {100 * (a / b - 1):+.1f}% (time) |")
-    pairs = {}
-    if ns.paired_rounds > 0:
-        saved_cluster = os.environ.get("NPUSIM_CLUSTER")
-        os.environ["NPUSIM_CLUSTER"] = "0"
-        try:
-            with open(ns.log, "a") as log:
-                for rnd in range(ns.paired_rounds):
-                    for size in ns.paired_sizes.split(","):
-                        rows = paired(ns, compare.parse_size(size), log)
-                        pairs.setdefault(size, []).extend(rows or [])
-                        print(f"paired round {rnd + 1} {size}: {'ok' if rows else 'failed (see ' + ns.log + ')'}",
-                              flush=True)
-        finally:
-            if saved_cluster is None:
-                os.environ.pop("NPUSIM_CLUSTER", None)
-            else:
-                os.environ["NPUSIM_CLUSTER"] = saved_cluster
+    if pairs:
         print(f"\npaired: the recorder off and on every 25 calls in one job ({ns.paired_rounds} jobs per size; "
               f"median over ranks of each rank's median per call)")
         print("| size | wall off | wall on | overhead | CPU off | CPU on | overhead |\n|---|---|---|---|---|---|---|")

@@ -131,10 +131,10 @@ def _go(comm, known: Call) -> None:
         if SEAM.copy_params:
             params = dict(params)
         seen = SEAM.collective(st, "collective", op, seq, comm, params, buffers, CALLS)
-    host = comm._host                   # built on the first call (``CommHandle.host_path``): read inline, the hot path
+    host = None if "fault" in params else comm._host    # read inline (the hot path); False: not built yet
     if host is False:
-        host = None if "fault" in params else comm.host_path()
-    if host is not None and "fault" not in params and host.run(st, seq, known, params):
+        host = comm.host_path()
+    if host is not None and host.run(st, seq, known, params):
         if seen is not None:
             task = host.handed_task
             SEAM.placed(seen, task, task is None)

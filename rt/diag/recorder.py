@@ -198,26 +198,7 @@ class Recorder(Observer):
         if client is not self._last_client and not self._first_call(client, group):
             return None
         self.last_id = n = next(self._ids)
-        # the call site: ``site(4)`` written out, so one frame less deep (each Python call on this path costs
-        # 1-3 % of a small collective with 8 ranks on 2 cores: docs/performance.md)
-        try:
-            f = _getframe(3)
-        except ValueError:                  # called near the top of a thread's stack
-            f = _getframe(1)
-        own = self._own
-        code = f.f_code
-        while own[code.co_filename]:
-            f = f.f_back
-            if f is None:
-                break
-            code = f.f_code
-        if f is None:
-            site = None
-        else:
-            up = f.f_back
-            site = (code, f.f_lasti, None, 0) if up is None or own[up.f_code.co_filename] else \
-                (code, f.f_lasti, up.f_code, up.f_lasti)
-        e = [n, kind, label, client, st.id, None, site, _now(), group, params, buffers, calls, seq, False, 0]
+        e = [n, kind, label, client, st.id, None, self.site(4), _now(), group, params, buffers, calls, seq, False, 0]
         self.entries.append(e)
         return e
 
