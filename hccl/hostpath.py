@@ -43,7 +43,7 @@ from . import hostsched
 from .transport import leaders
 from .errors import HcclError
 from .protocol.ctrlblock import ARRIVED, DONE, SLOT_WORDS, SPINNER, ControlBlock, WaitAbort, wait_until
-from .protocol.nodestaged import HostLead, HostNode
+from .protocol.nodestaged import HostLead, HostNode, result_bytes
 from .protocol.staged import (fast_reduce, fast_split, fits_stage, split_gather, split_own, split_reduce, stage_out,
                               stage_source)
 from .types import HcclResult
@@ -162,10 +162,15 @@ class Prepared:
         self.generation = -1            # of the device map when ``views`` were taken
         self.views: dict = {}
         self.ctrl_stage = [ctrl.stage(rank, parity) for parity in (0, 1)]
+        self.ctrl_results = ctrl.results
         self.stage_in: list = []        # per parity: (this rank's stage, its input), or None
         self.reduce = fast_reduce(ctrl, rank, op, p)
         self.reduce_out = None          # the typed view of "recv" the reduction writes (with ``views``)
         self.split = None               # a split all_reduce: (own block, the others' blocks), by (parity, recv)
+        # across nodes: the bytes of the node's result this rank copies whole into "recv" (``take_result``'s common
+        # case; -1: another case, or no copy: a broadcast's root), and per parity that copy's (dst, src) pair
+        self.take_len = -1 if path.node is None else result_bytes(op, p, ctrl.n, rank)
+        self.take: list = [None, None]
         if split_reduce(op, p, ctrl.n):
             self.split = fast_split(ctrl, rank, p) or (
                 lambda parity, recv: split_own(lambda k: ctrl.stage(k, parity), ctrl.n, rank, p, recv),
@@ -192,6 +197,9 @@ class Prepared:
             self.reduce_out = None if recv is None or self.reduce is None else recv.view(self.reduce.dtype)
         except ValueError:              # a size the dtype does not divide: prep.reduce raises, the card says why
             self.reduce_out = None
+        if self.take_len > 0 and recv is not None and recv.size >= self.take_len:
+            self.take = [_copy_pair(recv[:self.take_len], self.ctrl_results[parity][:self.take_len])
+                         for parity in (0, 1)]
         data = views.get(self.source) if self.source else None
         self.stage_in = [None, None] if data is None else \
             [_copy_pair(self.ctrl_stage[parity][:data.size], data) for parity in (0, 1)]
@@ -223,7 +231,7 @@ class HostPath:
             return None
         path = cls(comm, ctrl)
         if len({m[0] for m in comm.members}) != 1:          # across nodes: the node-staged protocol
-            path.node = HostNode(comm, path.wait)
+            path.node = HostNode(comm, path.wait, ctrl)
         return path
 
     def prepare(self, call):
@@ -239,8 +247,8 @@ class HostPath:
 
         The hot path of a small collective: with 8 ranks on 2 cores every call runs with cold caches, and each
         Python call on its way costs 1-3 % of it (docs/performance.md), so the single-node staged protocol is
-        written out here rather than spread over helpers (``arrive``, ``Prepared.publish`` and ``_wait`` do the
-        same for the protocol across nodes)."""
+        written out here rather than spread over helpers (``HostNode.run`` does the same for the protocol across
+        nodes; ``arrive``, ``Prepared.publish`` and ``_wait`` serve the large collectives of ``hostsched``)."""
         self.handed_task = None
         prep = call.host
         if prep is False:
@@ -312,18 +320,18 @@ class HostPath:
         finally:
             devmap.leave()
 
-    def arrive(self, client, stream, seq: int, prep, local=None) -> int | None:
+    def arrive(self, client, stream, seq: int, prep) -> int | None:
         """Start collective ``seq`` here, with the stream's order lock held: None if it cannot — something before
         it on the stream or an earlier collective of this communicator (possibly on another stream) is not done,
         so the card may still be touching this rank's slot — else the call published (``prep.publish``), ARRIVED
-        set and this rank's arrival at the barrier (of the ranks ``local``; None: all): the phase to wait for."""
+        set and this rank's arrival at the barrier of all ranks: the phase to wait for."""
         ctrl, rank = self.ctrl, self.comm.rank
         words, slot = ctrl.words, rank * SLOT_WORDS
         if not client.stream_done(stream.id) or words[slot + DONE] != seq - 1:
             return None
         prep.publish(seq & 1)
         words[slot + ARRIVED] = seq
-        return ctrl.arrive(rank, local, round_=local is not None)
+        return ctrl.arrive(rank)
 
     def _wait(self, phases, target) -> bool:
         """Wait (at most the host wait) until every rank reached barrier phase ``target``; False: they did not.

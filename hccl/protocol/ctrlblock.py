@@ -21,7 +21,7 @@ import numpy as np
 from . import futex
 
 # slot layout (int64 words)
-PHASE, ARRIVED, DONE, STATUS, PID, CARD, FP_LEN, SLEEPING = range(8)
+PHASE, ARRIVED, DONE, STATUS, PID, CARD, R_SLEEPING, SLEEPING = range(8)   # SLEEPING: on wake_word; R_: result_word
 ROUND = 8                      # the barrier phase this rank's last arrival at a round across nodes reached
 BUF0 = 9                       # send seg, off, size; recv seg, off, size; tmp seg, off, size
 # in a node leader's slot, per sequence parity p at word + 3p: the node's result of a collective across nodes
@@ -57,12 +57,13 @@ class ControlBlock:
         end = nranks * SLOT_WORDS + nranks * nranks * PAIR_WORDS
         self.pairs = words[nranks * SLOT_WORDS: end].reshape(nranks, nranks, PAIR_WORDS)
         self.wake_word = arr[8 * end: 8 * end + 4].view(np.int32)     # futex word
-        self.wake_addr = self.wake_word.ctypes.data
+        self.wake_addr = futex.pointer(self.wake_word.ctypes.data)
         # Across nodes (``nodestaged.py``): the futex word the node's ranks sleep on while they wait for their
         # leader's result (only its publication wakes them, not the node's arrivals), and whether the host
         # thread that leads the node's rounds sleeps on ``wake_word`` (``hccl/transport/leaders.py``).
         self.result_word = arr[8 * end + 8: 8 * end + 12].view(np.int32)
-        self.result_addr = self.result_word.ctypes.data
+        self.result_addr = futex.pointer(self.result_word.ctypes.data)
+        self.result_value = memoryview(self.result_word).cast("B").cast("i")     # its int32, read without numpy
         self.lead_sleeping = arr[8 * end + 16: 8 * end + 24].view(np.int64)
         self.stage_base = 8 * end + 64
         results = self.stage_base + 2 * nranks * STAGE_BYTES
@@ -74,6 +75,7 @@ class ControlBlock:
         self.words = memoryview(arr[: 8 * end]).cast("B").cast("q")
         self.phase_words = self.words[PHASE: nranks * SLOT_WORDS: SLOT_WORDS]
         self.sleep_words = self.words[SLEEPING: nranks * SLOT_WORDS: SLOT_WORDS]
+        self.result_sleep_words = self.words[R_SLEEPING: nranks * SLOT_WORDS: SLOT_WORDS]
 
     @staticmethod
     def nbytes(nranks: int) -> int:
@@ -98,14 +100,16 @@ class ControlBlock:
             futex.wake(self.wake_addr)
 
     def notify_result(self) -> None:
-        """The node's leader published a round's result: wake the ranks sleeping in :meth:`sleep_result`."""
-        if any(self.sleep_words):
+        """The node's leader published a round's result: wake the ranks sleeping in :meth:`sleep_result`. (They
+        flag themselves apart from the block's other sleepers, so neither wake-up is a system call for nobody.)"""
+        if any(self.result_sleep_words):
             self.result_word[0] += 1
             futex.wake(self.result_addr)
 
-    def arrive(self, rank: int, local=None, round_: bool = False) -> int:
-        """``rank`` reaches the next barrier phase (of all ranks, or of the ranks ``local`` on its node);
-        returns the phase to wait for. Only the arrival that completes the phase wakes the sleepers — one
+    def arrive(self, rank: int, local=None, round_: bool = False, phases=None) -> int:
+        """``rank`` reaches the next barrier phase (of all ranks, or of the ranks ``local`` on its node — whose
+        phase words are ``phases``, a slice of :attr:`phase_words`, when the caller keeps one); returns the phase to
+        wait for. Only the arrival that completes the phase wakes the sleepers — one
         wake-up per phase, not one per rank: nobody waiting on a phase can proceed before it is complete.
         (The arrival's store and the check that follows are separated by far more stores than a store
         buffer holds, so two last arrivals cannot both miss each other; were a wake-up ever lost, the
@@ -115,8 +119,10 @@ class ControlBlock:
         words[at] = target
         if round_:          # an arrival at a round across nodes: the phase its leader publishes past
             words[at + ROUND] = target
-        phases = self.phase_words
-        if (min(phases) if local is None else min(phases[r] for r in local)) >= target:
+        if phases is not None or local is None:
+            if min(self.phase_words if phases is None else phases) >= target:
+                self.notify()
+        elif min(self.phase_words[r] for r in local) >= target:
             self.notify()
         return target
 
@@ -134,12 +140,12 @@ class ControlBlock:
     def sleep_result(self, rank: int, at: int, value: int, timeout: float) -> None:
         """Sleep until woken (or ``timeout``) on the word only the leader's publication of a result bumps, unless
         word ``at`` is above ``value`` already."""
-        words, flag = self.words, rank * SLOT_WORDS + SLEEPING
+        words, flag = self.words, rank * SLOT_WORDS + R_SLEEPING
         words[flag] = 1
-        seen = self.result_word[0]
+        seen = self.result_value[0]
         try:
             if words[at] <= value:
-                futex.wait(self.result_addr, int(seen), timeout)
+                futex.wait(self.result_addr, seen, timeout)
         finally:
             words[flag] = 0
 
@@ -159,10 +165,12 @@ class ControlBlock:
         n = int(self.raw[base])
         return bytes(self.raw[base + 1: base + 1 + n]).decode("utf-8", "replace")
 
-    def fingerprints_equal(self, seq: int) -> bool:
-        """Whether every rank's fingerprint for ``seq`` equals rank 0's (length byte and text)."""
+    def fingerprints_equal(self, seq: int, first: int = 0, count: int | None = None) -> bool:
+        """Whether every rank's fingerprint for ``seq`` equals rank ``first``'s (length byte and text), of the
+        ``count`` ranks from ``first`` on (all ranks by default)."""
         start = FP_OFF + (seq % 2) * FP_MAX
-        table = self.raw[: self.n * SLOT_WORDS * 8].reshape(self.n, SLOT_WORDS * 8)
+        end = self.n if count is None else first + count
+        table = self.raw[first * SLOT_WORDS * 8: end * SLOT_WORDS * 8].reshape(end - first, SLOT_WORDS * 8)
         length = int(table[0, start])
         area = table[:, start: start + 1 + length]
         return bool((area == area[0]).all())

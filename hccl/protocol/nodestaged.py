@@ -48,6 +48,7 @@ from .ctrlblock import (
     ROUND,
     R_SEQ,
     SLOT_WORDS,
+    STAGE_BYTES,
     STATUS,
     WaitAbort,
     pid_alive,
@@ -68,18 +69,36 @@ def spec_of(op: str | None, p: dict | None) -> dict | None:
 
 
 def node_part(ctrl, local: list[int], seq: int, op: str | None, p: dict | None, n: int) -> Partial:
-    """The node's part of round ``seq`` from its ranks' slots and stages (after every one of them arrived)."""
-    fps: dict[str, list[int]] = {}
-    done = {}
-    for r in local:
-        fps.setdefault(ctrl.fingerprint(r, seq), []).append(r)
-        done[r] = int(ctrl.slots[r, DONE])
+    """The node's part of round ``seq`` from its ranks' slots and stages (after every one of them arrived).
+
+    Every round of a host-led communicator runs this in its leader's process, so the usual case — the node's
+    ranks are consecutive (as rank tables number them) and all called the same — takes a few numpy calls over
+    all of them at once rather than a few per rank."""
+    first, count = local[0], len(local)
+    consecutive = local == list(range(first, first + count))
+    if consecutive and ctrl.fingerprints_equal(seq, first, count):
+        fps = {ctrl.fingerprint(first, seq): list(local)}
+        done = dict(zip(local, ctrl.slots[first: first + count, DONE].tolist()))
+    else:
+        fps, done = {}, {}
+        for r in local:
+            fps.setdefault(ctrl.fingerprint(r, seq), []).append(r)
+            done[r] = int(ctrl.slots[r, DONE])
     if op is None or len(fps) > 1:
         return Partial(fps, done)
     dtype = hccl_np_dtype(p["dtype"])
     nbytes, parity = staged_bytes(op, p, n, dtype), seq % 2
     if op in REDUCTIONS:       # in the output dtype, rank by rank (as the card's staged path does)
         ufunc = reduce_ufunc(p.get("op", 0))
+        if consecutive and dtype.kind in "iuf" and type(dtype).__module__ == "numpy.dtypes":
+            # one ufunc call over an (ranks, elements) view of the stages: along axis 0 it goes rank after rank
+            # (``staged.fast_reduce``), so the same bits as the loop below
+            stages = np.ndarray((count, nbytes // dtype.itemsize), dtype, buffer=ctrl.raw,
+                                offset=ctrl.stage_base + (2 * first + parity) * STAGE_BYTES,
+                                strides=(2 * STAGE_BYTES, dtype.itemsize))
+            acc = np.empty(nbytes // dtype.itemsize, dtype)
+            ufunc.reduce(stages, axis=0, out=acc)
+            return Partial(fps, done, acc.view(np.uint8))
         acc = ctrl.stage(local[0], parity)[:nbytes].view(dtype).copy()
         for r in local[1:]:
             ufunc(acc, ctrl.stage(r, parity)[:nbytes].view(dtype), out=acc, casting="unsafe")
@@ -142,6 +161,17 @@ def take_result(ctrl, leader: int, rank: int, seq: int, op: str | None, p: dict 
     elif not (op == "broadcast" and rank == p.get("root")):
         recv[:length] = area[:length]
     return None
+
+
+def result_bytes(op: str, p: dict, n: int, rank: int) -> int:
+    """The bytes at the start of the node's result that :func:`take_result` copies whole into this rank's ``recv``
+    when the round succeeded: what the host path copies itself (``HostNode.run``); -1 when it copies a block of
+    the result instead, or nothing (a broadcast's root)."""
+    if op in ("all_reduce", "reduce") or (op == "broadcast" and rank != p.get("root")):
+        return p["count"] * hccl_np_dtype(p["dtype"]).itemsize
+    if op == "all_gather":
+        return n * p["count"] * hccl_np_dtype(p["dtype"]).itemsize
+    return -1
 
 
 def error_of(got, comm_id: str, seq: int, what: str) -> HcclError:
@@ -271,10 +301,14 @@ class HostNode:
     leader has not published within ``ACROSS_WAIT`` × NPUSIM_HCCL_HOST_WAIT_MS (× nodes / 8 above 8 nodes), or
     that sees a failure, hands the rest to its card, which reports it at synchronize."""
 
-    def __init__(self, comm, wait: float):
+    def __init__(self, comm, wait: float, ctrl):
         node = comm.members[comm.rank][0]
         self.local = [r for r, m in enumerate(comm.members) if m[0] == node]
         self.leader = self.local[0]
+        # the local ranks' phase words as one slice when they are consecutive ranks (the usual rank table): the
+        # arrival's check is then one min() over it (``ControlBlock.arrive``)
+        first, last = self.local[0], self.local[-1]
+        self.phases = ctrl.phase_words[first: last + 1] if self.local == list(range(first, last + 1)) else None
         self.card_leads = comm.rank == self.leader and comm.lead is None     # host-led: it waits like the others
         self.n = comm.size
         # a round across more nodes takes longer: at 32 nodes a rank that gave up after 200 ms handed over a
@@ -283,13 +317,24 @@ class HostNode:
         self.wait = wait * ACROSS_WAIT * max(1.0, nodes / 8)
 
     def run(self, path, stream, seq: int, prep, call, params) -> bool:
+        """Collective ``seq`` across nodes on the host path (as ``HostPath.run``; False: nothing done, the card does
+        it). The hot path of a small collective at large worlds, where every Python call costs more still (with
+        64 ranks on 2 cores each rank's caches are cold at every call: docs/performance.md), so the arrival
+        (``HostPath.arrive``) and the common case of ``take_result`` — a result copied whole into ``recv`` — are
+        written out here."""
         ctrl, rank, leader = path.ctrl, path.comm.rank, self.leader
         words, slot = ctrl.words, rank * SLOT_WORDS
         client = stream.ctx.client
-        with client.stream_order(stream.id):
-            target = path.arrive(client, stream, seq, prep, self.local)
-            if target is None:
+        with prep.order:
+            if not client.stream_done(stream.id) or words[slot + DONE] != seq - 1:
                 return False
+            parity = seq & 1
+            staged = prep.stage_in[parity]
+            if staged is not None:
+                staged[0][:] = staged[1]
+            prep.fp_area[parity][:] = prep.fp_bytes
+            words[slot + ARRIVED] = seq
+            target = ctrl.arrive(rank, self.local, round_=True, phases=self.phases)
             at = leader * SLOT_WORDS + PHASE
             if self.card_leads:
                 # Its card leads the round. Waiting for that here (bounded) rather than in the synchronize that
@@ -297,14 +342,19 @@ class HostNode:
                 path._hand_over(client, stream, seq, call, params, target)
                 self._until_led(ctrl, rank, at, target)
                 return True
-            if not self._until_led(ctrl, rank, at, target):
+            if words[at] <= target and not self._until_led(ctrl, rank, at, target):
                 return path._hand_over(client, stream, seq, call, params, target)
-            try:
-                got = take_result(ctrl, leader, rank, seq, prep.op, prep.params, self.n, prep.views.get("recv"))
-            except Exception:          # noqa: BLE001 - the card takes it again and reports what went wrong
-                got = True
-            if got is not None:
-                return path._hand_over(client, stream, seq, call, params, target)
+            take, head = prep.take[parity], leader * SLOT_WORDS + 3 * parity
+            if take is not None and words[head + R_SEQ] == seq and words[head + R_INFO] == 0 \
+                    and words[head + R_LEN] == prep.take_len:
+                take[0][:] = take[1]    # the result, whole: take_result's common case
+            else:
+                try:
+                    got = take_result(ctrl, leader, rank, seq, prep.op, prep.params, self.n, prep.views.get("recv"))
+                except Exception:          # noqa: BLE001 - the card takes it again and reports what went wrong
+                    got = True
+                if got is not None:
+                    return path._hand_over(client, stream, seq, call, params, target)
             words[slot + PHASE] = target + 1
             words[slot + DONE] = seq
         path.done += 1

@@ -239,9 +239,10 @@ class LeaderLink:
         return Partial.from_frame(header, payload)
 
     def _answer(self, seq: int, header, payload: bytes) -> None:
+        frame = frame_head([seq, header], len(payload)) + bytes(payload)        # the same bytes to every node
         for g, conn in list(self.conns.items()):
             try:
-                _send(conn, [seq, header], payload)
+                conn.sendall(frame)
             except OSError:
                 pass                # that node's process is gone: its own ranks' waits say so
 

@@ -11,10 +11,11 @@ import pytest
 
 from hccl import HcclDataType, HcclReduceOp, HcclResult
 from hccl.protocol import nodestaged
-from hccl.protocol.ctrlblock import ControlBlock
+from hccl.protocol.ctrlblock import DONE, ControlBlock
 from hccl.protocol.staged import stage_source
 from hccl.transport.direct import NodeGroup
 from hccl.transport.link import LinkServer
+from hccl.types import hccl_dtype
 
 N = 5
 NODES = [0, 0, 0, 1, 1]
@@ -118,3 +119,35 @@ def test_a_rank_reading_a_parity_the_leader_has_not_written_gets_a_named_failure
     kind, code, text = nodestaged.take_result(ctrl, 0, 1, 3, "barrier", {"count": 0, "dtype": 0}, 2, None)
     assert (kind, code) == (nodestaged.FAILED, HcclResult.HCCL_E_INTERNAL)
     assert text == "EI0002 rank 0, which leads this node's exchange, left no result for collective #3"
+
+
+@pytest.mark.parametrize("dtype,rop", [(np.float32, HcclReduceOp.SUM), (np.float16, HcclReduceOp.SUM),
+                                       (np.int8, HcclReduceOp.SUM), (np.float32, HcclReduceOp.PROD)])
+def test_the_part_of_consecutive_ranks_is_their_rank_by_rank_reduction(dtype, rop):
+    # node_part's one-call reduction over the node's consecutive ranks against the loop it replaces: the same
+    # elementwise operations in the same order, so the same bits (int8 wraps alike); ranks 3 and 5 of 2-6 swap
+    # places in a second, non-consecutive call, which takes the loop
+    n, count, seq = 8, 1000, 3
+    ctrl = ControlBlock(np.zeros(ControlBlock.nbytes(n), np.uint8), n)
+    rng = np.random.default_rng(7)
+    xs = [(rng.standard_normal(count) * (3 if rop == HcclReduceOp.PROD else 60)).astype(dtype) for _ in range(n)]
+    p = {"count": count, "dtype": int(hccl_dtype(np.dtype(dtype))), "op": int(rop)}
+    for r in range(n):
+        ctrl.stage(r, seq % 2)[:xs[r].nbytes] = xs[r].view(np.uint8)
+        ctrl.set_fingerprint(r, seq, "all_reduce(same)")
+        ctrl.slots[r, DONE] = seq - 1
+    ufunc = np.multiply if rop == HcclReduceOp.PROD else np.add
+
+    def by_rank(order):
+        acc = xs[order[0]].copy()
+        for r in order[1:]:
+            ufunc(acc, xs[r], out=acc, casting="unsafe")
+        return acc.tobytes()
+    part = nodestaged.node_part(ctrl, [2, 3, 4, 5, 6], seq, "all_reduce", p, n)
+    assert bytes(part.acc) == by_rank([2, 3, 4, 5, 6])
+    assert part.fps == {"all_reduce(same)": [2, 3, 4, 5, 6]} and part.done == dict.fromkeys(range(2, 7), seq - 1)
+    loop = nodestaged.node_part(ctrl, [2, 5, 4, 3, 6], seq, "all_reduce", p, n)
+    assert bytes(loop.acc) == by_rank([2, 5, 4, 3, 6])
+    ctrl.set_fingerprint(4, seq, "all_reduce(other)")          # one rank disagrees: no data, both calls named
+    part = nodestaged.node_part(ctrl, [2, 3, 4, 5, 6], seq, "all_reduce", p, n)
+    assert part.acc is None and part.fps == {"all_reduce(same)": [2, 3, 5, 6], "all_reduce(other)": [4]}

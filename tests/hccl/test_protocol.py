@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from hccl.protocol import ctrlblock, futex, staged
-from hccl.protocol.ctrlblock import SLEEPING, ControlBlock
+from hccl.protocol.ctrlblock import R_SLEEPING, ROUND, SLEEPING, ControlBlock
 from hccl.types import HcclDataType, HcclReduceOp
 
 
@@ -124,6 +124,39 @@ def test_a_phase_wakes_its_sleepers_once_when_the_last_rank_arrives(monkeypatch)
     for r in (1, 3, 0, 1, 2, 3):
         ctrl.arrive(r)
     assert len(wakes) == 2                               # nobody asleep: never a system call
+
+
+def test_the_result_word_and_the_block_word_wake_only_their_own_sleepers(monkeypatch):
+    wakes = []
+    monkeypatch.setattr(futex, "wake", lambda address, count=1 << 30: wakes.append(address))
+    ctrl = block(4)
+    ctrl.slots[1:, R_SLEEPING] = 1                      # ranks 1-3 wait for their leader's result
+    ctrl.notify()
+    assert wakes == []                                   # nobody sleeps on the block's word: no system call
+    ctrl.notify_result()
+    assert wakes == [ctrl.result_addr]
+    ctrl.slots[:, R_SLEEPING] = 0
+    ctrl.notify_result()
+    assert len(wakes) == 1
+    ctrl.slots[2, SLEEPING] = 1
+    ctrl.notify()
+    ctrl.notify_result()
+    assert wakes == [ctrl.result_addr, ctrl.wake_addr]
+
+
+def test_an_arrival_among_consecutive_local_ranks_checks_their_phase_slice(monkeypatch):
+    wakes = []
+    monkeypatch.setattr(futex, "wake", lambda address, count=1 << 30: wakes.append(address))
+    ctrl = block(6)
+    ctrl.slots[:, SLEEPING] = 1
+    local, phases = [2, 3, 4], ctrl.phase_words[2:5]
+    assert [ctrl.arrive(r, local, round_=True, phases=phases) for r in (4, 2)] == [1, 1] and wakes == []
+    assert ctrl.arrive(3, local, round_=True, phases=phases) == 1 and wakes == [ctrl.wake_addr]
+    assert [int(ctrl.slots[r, ROUND]) for r in range(6)] == [0, 0, 1, 1, 1, 0]
+    # the same arrivals through the list of local ranks give the same phases and wake-ups
+    other = block(6)
+    other.slots[:, SLEEPING] = 1
+    assert [other.arrive(r, local, round_=True) for r in (4, 2, 3)] == [1, 1, 1] and len(wakes) == 2
 
 
 class _Clock:
