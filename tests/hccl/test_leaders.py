@@ -65,6 +65,9 @@ def test_rounds_of_a_reduction_across_three_nodes_match_numpy(links):
             got = np.frombuffer(out[k].acc, np.float32)
             np.testing.assert_allclose(got, expect, rtol=1e-6)
             assert sorted(r for ranks in out[k].fps.values() for r in ranks) == list(range(5))
+        # the root keeps every rank's last completed collective for its reports; the answers do not carry it
+        assert out[0].done == {r: seq - 1 for r in range(5)} and out[1].done == out[2].done == {}
+        assert links[0].last_done == dict.fromkeys(range(5), seq)
 
 
 def test_a_nodes_own_failure_report_reaches_every_node(links):
