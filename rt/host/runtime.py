@@ -246,8 +246,17 @@ RELEASE_HOOKS: list = []       # fn(client) before a context's card connection i
 def choose_backend(cfg: Config, visible: list[int], *, address=None, backend=None):
     """Where the cards live (``rt/host/backends.py``): ``backend`` or NPUSIM_BACKEND, else the launcher's socket
     directory, else Ray."""
+    chosen = backend
     backend = backend or os.environ.get("NPUSIM_BACKEND")
     card_dir = os.environ.get("NPUSIM_CARD_DIR")
+    if backend == "local" and chosen is None and card_dir and _world_size() > 1:
+        # a rank of a launched job whose environment still says "local": cards of its own would never meet the
+        # other ranks' in a collective (comm init would time out after HCCL_CONNECT_TIMEOUT naming them)
+        raise AclError(E.ACL_ERROR_INVALID_PARAM,
+                       f"init: NPUSIM_BACKEND=local gives this process cards of its own, but it is rank "
+                       f"{os.environ.get('RANK', '?')} of a launched job of {_world_size()} ranks whose cards "
+                       f"serve in {card_dir} (NPUSIM_CARD_DIR): its collectives could never meet the other "
+                       f"ranks'; unset NPUSIM_BACKEND to use the job's cards")
     if backend == "local":
         return backends.LocalCards(cfg)
     if card_dir and not address and backend in (None, "socket"):
@@ -256,6 +265,12 @@ def choose_backend(cfg: Config, visible: list[int], *, address=None, backend=Non
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"init: unknown backend {backend!r} (expected 'ray' or 'local')")
     from ..ray.backend import RayCards          # imports Ray: only when cards live in a Ray session
     return RayCards(cfg, visible, address or os.environ.get("RAY_ADDRESS"))
+
+
+def _world_size() -> int:
+    """WORLD_SIZE as ``launch`` sets it (1 when absent or not a number)."""
+    text = os.environ.get("WORLD_SIZE", "1")
+    return int(text) if text.isdigit() else 1
 
 
 def parse_visible(text: str | None, count: int) -> list[int]:

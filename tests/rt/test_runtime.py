@@ -121,6 +121,26 @@ def test_calls_before_init_fail():
     raises(100001, rt.set_device, 0)
 
 
+def test_a_launched_rank_told_local_cards_is_refused_at_once(monkeypatch, tmp_path):
+    # NPUSIM_BACKEND=local left in a launched job's environment: each rank's cards of its own would never meet the
+    # other ranks' (comm init would time out after HCCL_CONNECT_TIMEOUT); init says so and what to do
+    monkeypatch.setenv("NPUSIM_BACKEND", "local")
+    monkeypatch.setenv("NPUSIM_CARD_DIR", str(tmp_path))
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "2")
+    with pytest.raises(rt.NpuError) as e:
+        rt.init()
+    msg = str(e.value)
+    assert e.value.code == 100000 and not rt.is_initialized()
+    assert "rank 2 of a launched job of 4 ranks" in msg and str(tmp_path) in msg and "unset NPUSIM_BACKEND" in msg
+    rt.init(backend="local")                # asked for by the program itself: its own cards, as it said
+    rt.finalize()
+    monkeypatch.setenv("WORLD_SIZE", "1")   # a job of one rank meets nobody: its own cards are fine
+    rt.init()
+    assert rt.get_device_count() == 8
+    rt.finalize()
+
+
 @pytest.mark.parametrize("text, physical", [
     ("1,2,3", [1, 2, 3]),
     ("1, 2,3", [1]),          # CANN stops parsing at the first malformed entry
