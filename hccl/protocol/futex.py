@@ -32,25 +32,21 @@ AVAILABLE = _syscall is not None and _SYS_FUTEX is not None
 _timeouts: dict = {}              # timeout -> a pointer to its timespec (waits use a few distinct timeouts)
 
 
-def wait(address, expected: int, timeout: float) -> None:
-    """Sleep while the int32 at ``address`` (an int, or a ``ctypes.c_void_p`` a caller keeps: :func:`pointer`)
-    equals ``expected`` (at most ``timeout`` seconds)."""
+def wait(address: ctypes.c_void_p, expected: int, timeout: float) -> None:
+    """Sleep while the int32 at ``address`` (made once by :func:`pointer`) equals ``expected`` (at most ``timeout``
+    seconds)."""
     ts = _timeouts.get(timeout)
     if ts is None:
         if len(_timeouts) > 64:
             _timeouts.clear()
         ts = _timeouts[timeout] = ctypes.pointer(_Timespec(int(timeout), int((timeout % 1) * 1e9)))
-    if type(address) is int:
-        address = ctypes.c_void_p(address)
     _syscall(_SYS_FUTEX, address, FUTEX_WAIT, ctypes.c_int(expected), ts, None, 0)
 
 
 def pointer(address: int) -> ctypes.c_void_p:
-    """``address`` as :func:`wait` and :func:`wake` take it without converting it on every call."""
+    """``address`` as :func:`wait` and :func:`wake` take it: converted once, by the caller that keeps the word."""
     return ctypes.c_void_p(address)
 
 
-def wake(address, count: int = 1 << 30) -> None:
-    if type(address) is int:
-        address = ctypes.c_void_p(address)
+def wake(address: ctypes.c_void_p, count: int = 1 << 30) -> None:
     _syscall(_SYS_FUTEX, address, FUTEX_WAKE, ctypes.c_int(count), None, None, 0)

@@ -48,13 +48,12 @@ from .ctrlblock import (
     ROUND,
     R_SEQ,
     SLOT_WORDS,
-    STAGE_BYTES,
     STATUS,
     WaitAbort,
     pid_alive,
     wait_until,
 )
-from .staged import fits_stage, stage_source, staged_bytes
+from .staged import fits_stage, numpy_number, stage_rows, stage_source, staged_bytes
 
 DATA, FAILED, DISAGREE = 0, 1, 2          # kinds (R_INFO >> 32): a result, a failed round, calls that disagree
 ACROSS_WAIT = 10          # a host-path rank waits this many times NPUSIM_HCCL_HOST_WAIT_MS (× nodes / 8 above 8)
@@ -75,8 +74,8 @@ def node_part(ctrl, local: list[int], seq: int, op: str | None, p: dict | None, 
     ranks are consecutive (as rank tables number them) and all called the same — takes a few numpy calls over
     all of them at once rather than a few per rank."""
     first, count = local[0], len(local)
-    consecutive = local == list(range(first, first + count))
-    if consecutive and ctrl.fingerprints_equal(seq, first, count):
+    together = consecutive(local)
+    if together and ctrl.fingerprints_equal(seq, first, count):
         fps = {ctrl.fingerprint(first, seq): list(local)}
         done = dict(zip(local, ctrl.slots[first: first + count, DONE].tolist()))
     else:
@@ -90,14 +89,9 @@ def node_part(ctrl, local: list[int], seq: int, op: str | None, p: dict | None, 
     nbytes, parity = staged_bytes(op, p, n, dtype), seq % 2
     if op in REDUCTIONS:       # in the output dtype, rank by rank (as the card's staged path does)
         ufunc = reduce_ufunc(p.get("op", 0))
-        if consecutive and dtype.kind in "iuf" and type(dtype).__module__ == "numpy.dtypes":
-            # one ufunc call over an (ranks, elements) view of the stages: along axis 0 it goes rank after rank
-            # (``staged.fast_reduce``), so the same bits as the loop below
-            stages = np.ndarray((count, nbytes // dtype.itemsize), dtype, buffer=ctrl.raw,
-                                offset=ctrl.stage_base + (2 * first + parity) * STAGE_BYTES,
-                                strides=(2 * STAGE_BYTES, dtype.itemsize))
+        if together and numpy_number(dtype):        # one ufunc call, the same bits as the loop below
             acc = np.empty(nbytes // dtype.itemsize, dtype)
-            ufunc.reduce(stages, axis=0, out=acc)
+            ufunc.reduce(stage_rows(ctrl, parity, first, count, dtype, 0, acc.size), axis=0, out=acc)
             return Partial(fps, done, acc.view(np.uint8))
         acc = ctrl.stage(local[0], parity)[:nbytes].view(dtype).copy()
         for r in local[1:]:
@@ -161,6 +155,12 @@ def take_result(ctrl, leader: int, rank: int, seq: int, op: str | None, p: dict 
     elif not (op == "broadcast" and rank == p.get("root")):
         recv[:length] = area[:length]
     return None
+
+
+def consecutive(local: list[int]) -> bool:
+    """Whether a node's ranks are consecutive (as rank tables number them): their slots and stages are then one
+    strided range of the control block."""
+    return local == list(range(local[0], local[0] + len(local)))
 
 
 def result_bytes(op: str, p: dict, n: int, rank: int) -> int:
@@ -308,7 +308,7 @@ class HostNode:
         # the local ranks' phase words as one slice when they are consecutive ranks (the usual rank table): the
         # arrival's check is then one min() over it (``ControlBlock.arrive``)
         first, last = self.local[0], self.local[-1]
-        self.phases = ctrl.phase_words[first: last + 1] if self.local == list(range(first, last + 1)) else None
+        self.phases = ctrl.phase_words[first: last + 1] if consecutive(self.local) else None
         self.card_leads = comm.rank == self.leader and comm.lead is None     # host-led: it waits like the others
         self.n = comm.size
         # a round across more nodes takes longer: at 32 nodes a rank that gave up after 200 ms handed over a

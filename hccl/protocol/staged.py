@@ -74,6 +74,20 @@ def stage_out(ctrl: ControlBlock, rank: int, seq: int, op: str, p: dict, recv: n
     combine_stages(lambda k: ctrl.stage(k, parity), ctrl.n, rank, op, p, recv)
 
 
+def numpy_number(dtype) -> bool:
+    """Whether numpy's own ufunc loops reduce ``dtype`` (its ints and floats; not ml_dtypes' bf16 and fp8)."""
+    return dtype.kind in "iuf" and type(dtype).__module__ == "numpy.dtypes"
+
+
+def stage_rows(ctrl: ControlBlock, parity: int, first_rank: int, ranks: int, dtype, first: int, items: int):
+    """Elements ``first`` … ``first + items - 1`` of the stages (of ``parity``) of ranks ``first_rank`` …
+    ``first_rank + ranks - 1``, as one (ranks, items) array: a ufunc's reduce along axis 0 runs rank after rank,
+    as :func:`combine_stages` does, so the same bits in one call."""
+    return np.ndarray((ranks, items), dtype, buffer=ctrl.raw,
+                      offset=ctrl.stage_base + (2 * first_rank + parity) * STAGE_BYTES + first * dtype.itemsize,
+                      strides=(2 * STAGE_BYTES, dtype.itemsize))
+
+
 def fast_reduce(ctrl: ControlBlock, rank: int, op: str, p: dict):
     """For a reduction (all_reduce, reduce, reduce_scatter) of a numpy number type on one node: a function
     ``(parity, recv)`` computing what :func:`stage_out` computes — rank by rank, in the output dtype, so the
@@ -81,13 +95,11 @@ def fast_reduce(ctrl: ControlBlock, rank: int, op: str, p: dict):
     if op not in ("all_reduce", "reduce", "reduce_scatter"):
         return None
     dtype = hccl_np_dtype(p["dtype"])
-    if dtype.kind not in "iuf" or type(dtype).__module__ != "numpy.dtypes":
+    if not numpy_number(dtype):
         return None
-    count, itemsize = p["count"], dtype.itemsize
+    count = p["count"]
     first = rank * count if op == "reduce_scatter" else 0
-    # reduce along axis 0 of an (n, count) array runs rank after rank, as combine_stages does
-    stages = [np.ndarray((ctrl.n, count), dtype, buffer=ctrl.raw, offset=ctrl.stage_base + parity * STAGE_BYTES
-                         + first * itemsize, strides=(2 * STAGE_BYTES, itemsize)) for parity in (0, 1)]
+    stages = [stage_rows(ctrl, parity, 0, ctrl.n, dtype, first, count) for parity in (0, 1)]
     return FastReduce(reduce_ufunc(p.get("op", 0)).reduce, stages, dtype)
 
 
@@ -153,13 +165,12 @@ def fast_split(ctrl: ControlBlock, rank: int, p: dict):
     :func:`split_own` and :func:`split_gather` do, the reduction one ufunc call over a strided view of every
     rank's block (axis 0 runs rank after rank: the same bits); None for other types."""
     dtype = hccl_np_dtype(p["dtype"])
-    if dtype.kind not in "iuf" or type(dtype).__module__ != "numpy.dtypes":
+    if not numpy_number(dtype):
         return None
     n, count, itemsize = ctrl.n, p["count"], dtype.itemsize
     first, items = block(count, n, rank)
     lo, hi = first * itemsize, (first + items) * itemsize
-    stages = [np.ndarray((n, items), dtype, buffer=ctrl.raw, offset=ctrl.stage_base + parity * STAGE_BYTES + lo,
-                         strides=(2 * STAGE_BYTES, itemsize)) for parity in (0, 1)]
+    stages = [stage_rows(ctrl, parity, 0, n, dtype, first, items) for parity in (0, 1)]
     mine = [ctrl.stage(rank, parity)[lo:hi] for parity in (0, 1)]
     bounds = [(k, block(count, n, k)) for k in range(n) if k != rank]
     # per parity: (where in recv, the owner's stage block) of every other rank's reduced block

@@ -40,8 +40,12 @@ class Closed(Exception):
     """The connection ended (the process at its other end exited) or sent something that is not a frame."""
 
 
+def _frame(header, payload: bytes = b"") -> bytes:
+    return frame_head(header, len(payload)) + bytes(payload)
+
+
 def _send(conn: socket.socket, header, payload: bytes = b"") -> None:
-    conn.sendall(frame_head(header, len(payload)) + bytes(payload))
+    conn.sendall(_frame(header, payload))
 
 
 def _read(conn: socket.socket):
@@ -242,7 +246,7 @@ class LeaderLink:
         return Partial.from_frame(header, payload)
 
     def _answer(self, seq: int, header, payload: bytes) -> None:
-        frame = frame_head([seq, header], len(payload)) + bytes(payload)        # the same bytes to every node
+        frame = _frame([seq, header], payload)          # the same bytes to every node
         for g, conn in list(self.conns.items()):
             try:
                 conn.sendall(frame)

@@ -249,12 +249,13 @@ def choose_backend(cfg: Config, visible: list[int], *, address=None, backend=Non
     chosen = backend
     backend = backend or os.environ.get("NPUSIM_BACKEND")
     card_dir = os.environ.get("NPUSIM_CARD_DIR")
-    if backend == "local" and chosen is None and card_dir and _world_size() > 1:
+    world = _world_size()
+    if backend == "local" and chosen is None and card_dir and world > 1:
         # a rank of a launched job whose environment still says "local": cards of its own would never meet the
         # other ranks' in a collective (comm init would time out after HCCL_CONNECT_TIMEOUT naming them)
         raise AclError(E.ACL_ERROR_INVALID_PARAM,
                        f"init: NPUSIM_BACKEND=local gives this process cards of its own, but it is rank "
-                       f"{os.environ.get('RANK', '?')} of a launched job of {_world_size()} ranks whose cards "
+                       f"{os.environ.get('RANK', '?')} of a launched job of {world} ranks whose cards "
                        f"serve in {card_dir} (NPUSIM_CARD_DIR): its collectives could never meet the other "
                        f"ranks'; unset NPUSIM_BACKEND to use the job's cards")
     if backend == "local":
