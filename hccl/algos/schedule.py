@@ -1,12 +1,15 @@
 """The schedule model of a collective, its validator and the numpy executor (the oracle).
 
 A collective is a ``Schedule``: ``steps`` executed in order with a barrier between them, each a
-tuple of ``Transfer``s. Transfers use the pull model: ``dst`` executes the transfer, reading
-``src``'s buffer and writing its own. Within a step, the transfers of one dst rank run in list
-order (so a rank may accumulate several peers into one region in a fixed, deterministic order)
-and the transfers of different dst ranks run concurrently. A schedule is race-free iff, within
-each step, nothing a rank writes is read by another rank's transfers (writes only ever touch the
-executing rank's own buffers, so write/write conflicts between ranks cannot arise).
+tuple of ``Transfer``s. A transfer is executed by its ``runner``: by default ``dst`` (the pull model:
+it reads ``src``'s buffer and writes its own); a transfer with ``by`` set is executed by rank ``by``,
+which may write a peer's buffer (a push: one rank reads a region once and writes it to every
+destination while it is in its core's cache, ``mesh.broadcast``/``mesh.all_gather`` with ``push``;
+only inside one node, where every rank maps every peer's memory). Within a step, the transfers of
+one runner run in list order (so a rank may accumulate several peers into one region in a fixed,
+deterministic order) and the transfers of different runners run concurrently. A schedule is
+race-free iff, within each step, no region one runner writes is read or written by another
+runner's transfers.
 
 Buffers per rank are ``"send"``, ``"recv"`` and ``"tmp"`` (scratch of ``tmp_count`` elements,
 allocated by the executor); offsets and counts are in elements. The argument conventions are
@@ -37,7 +40,7 @@ OPS = ("all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "sca
 
 @dataclass(frozen=True)
 class Transfer:
-    """dst pulls ``count`` elements from (src, src_buf, src_off) into (dst, dst_buf, dst_off)."""
+    """``count`` elements from (src, src_buf, src_off) into (dst, dst_buf, dst_off), executed by ``runner``."""
 
     src: int
     src_buf: str
@@ -47,6 +50,11 @@ class Transfer:
     dst_off: int
     count: int
     reduce: bool  # True: dst = op(dst, src) elementwise; False: dst = src
+    by: int = -1  # the rank that executes it; -1: dst (a pull)
+
+    @property
+    def runner(self) -> int:
+        return self.dst if self.by < 0 else self.by
 
 
 @dataclass(frozen=True)
@@ -62,8 +70,8 @@ class Schedule:
     tmp_count: int
 
     def for_rank(self, rank: int) -> list[list[Transfer]]:
-        """The transfers ``rank`` executes (dst == rank), one list per step, in execution order."""
-        return [[t for t in step if t.dst == rank] for step in self.steps]
+        """The transfers ``rank`` executes (its runner), one list per step, in execution order."""
+        return [[t for t in step if t.runner == rank] for step in self.steps]
 
     @property
     def num_steps(self) -> int:
@@ -250,27 +258,35 @@ def validate(schedule: Schedule, sizes: Sequence[dict[str, int]] | dict[str, int
         raise HcclError(HcclResult.HCCL_E_PARA, f"validate: {len(per_rank)} size dicts for world_size {n}")
     where = f"{schedule.algo} {schedule.op}(n={n}, count={schedule.count}, root={schedule.root})"
     for s, step in enumerate(schedule.steps):
-        writes: dict[tuple[int, str], list[tuple[int, int]]] = {}
-        reads: list[tuple[Transfer, int, str, int]] = []
+        # (rank, buffer) -> runner -> the ranges that runner writes there
+        writes: dict[tuple[int, str], dict[int, list[tuple[int, int]]]] = {}
+        accesses: list[tuple[Transfer, str, int, str, int]] = []     # (t, "reads"/"writes", rank, buf, off)
         for t in step:
             _check_bounds(t, per_rank, schedule.tmp_count, f"{where} step {s}")
+            if not -1 <= t.by < n:
+                raise HcclError(HcclResult.HCCL_E_INTERNAL, f"{where} step {s}: runner {t.by} out of [0, {n}) in {t}")
             if t.count == 0:
                 continue
             src_buf, src_off = _canon(schedule, t.src, t.src_buf, t.src_off, in_place)
             dst_buf, dst_off = _canon(schedule, t.dst, t.dst_buf, t.dst_off, in_place)
             if not t.reduce and t.src == t.dst and (src_buf, src_off) == (dst_buf, dst_off):
                 continue  # an aliased self-copy: no memory changes
-            writes.setdefault((t.dst, dst_buf), []).append((dst_off, dst_off + t.count))
-            if t.src != t.dst:
-                reads.append((t, t.src, src_buf, src_off))
-        merged = {key: _merge(iv) for key, iv in writes.items()}
-        for t, rank, buf, off in reads:
-            hit = _overlap(merged.get((rank, buf), []), off, off + t.count)
-            if hit is not None:
-                raise HcclError(HcclResult.HCCL_E_INTERNAL,
-                                f"{where}: race in step {s}: rank {t.dst} reads rank {rank} {buf}"
-                                f"[{off}:{off + t.count}] while rank {rank} writes {buf}[{hit[0]}:{hit[1]}] "
-                                f"({t})")
+            writes.setdefault((t.dst, dst_buf), {}).setdefault(t.runner, []).append((dst_off, dst_off + t.count))
+            accesses.append((t, "reads", t.src, src_buf, src_off))
+            if t.by >= 0:
+                accesses.append((t, "writes", t.dst, dst_buf, dst_off))
+        merged = {key: {runner: _merge(iv) for runner, iv in by.items()} for key, by in writes.items()}
+        for t, how, rank, buf, off in accesses:
+            for writer, ranges in merged.get((rank, buf), {}).items():
+                if writer == t.runner:
+                    continue        # one runner's transfers run in list order
+                hit = _overlap(ranges, off, off + t.count)
+                if hit is not None:
+                    owner = "" if writer == rank else f"rank {rank}'s "
+                    raise HcclError(HcclResult.HCCL_E_INTERNAL,
+                                    f"{where}: race in step {s}: rank {t.runner} {how} rank {rank} {buf}"
+                                    f"[{off}:{off + t.count}] while rank {writer} writes {owner}{buf}"
+                                    f"[{hit[0]}:{hit[1]}] ({t})")
 
 
 def _check_bounds(t: Transfer, sizes, tmp_count: int, where: str) -> None:
@@ -335,10 +351,10 @@ def run_numpy(schedule: Schedule, sends: Sequence, recvs: Sequence, op="sum") ->
     for step in schedule.steps:
         before: dict[tuple[int, str], np.ndarray] = {}
         for t in step:  # snapshot what is read remotely before anyone writes
-            if t.src != t.dst and (t.src, t.src_buf) not in before:
+            if t.src != t.runner and (t.src, t.src_buf) not in before:
                 before[(t.src, t.src_buf)] = bufs[t.src][t.src_buf].copy()
         for t in step:
-            src = before[(t.src, t.src_buf)] if t.src != t.dst else bufs[t.src][t.src_buf]
+            src = before[(t.src, t.src_buf)] if t.src != t.runner else bufs[t.src][t.src_buf]
             data = src[t.src_off:t.src_off + t.count]
             dst = bufs[t.dst][t.dst_buf][t.dst_off:t.dst_off + t.count]
             if t.reduce:

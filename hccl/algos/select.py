@@ -34,6 +34,10 @@ ALGORITHMS = {"mesh": mesh, "ring": ring, "hd": hd, "hierarchical": hierarchical
 # one for all_reduce, all_gather and reduce_scatter (the card's HCCL extension passes it as ``thresholds``).
 DEFAULT_THRESHOLDS: dict[str, int] = {}
 
+# The collectives whose one-node mesh schedule pushes (``mesh.push_broadcast_phase``) when a card or a rank's
+# process runs it (``for_call``); ``build`` and ``choose`` alone give the pull schedules.
+PUSH_OPS = ("broadcast", "all_gather")
+
 # Collective names as callers spell them → ours.
 _NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
           "alltoall": "all_to_all", "alltoallv": "all_to_all_v", "alltoallvc": "all_to_all_v"}
@@ -233,4 +237,6 @@ def _for_call(op, n, count, root, algo_text, nodes, nbytes, topology, ring_thres
     kw = dict(params)
     if root is not None:
         kw["root"] = root
+    if nodes == 1 and algo in ("mesh", "fullmesh") and _normalize_op(op) in PUSH_OPS:
+        kw["push"] = True         # every rank maps every peer's memory: one rank reads a chunk once for all
     return build(op, algo, n, count, **kw)

@@ -10,6 +10,12 @@ sees the same operations in the same order, so the bits are those of the unchunk
 source in this rank's own memory is the first transfer, and that one reads either the region itself or
 memory apart from it, are chunked; anything else runs transfer by transfer.
 
+Consecutive ones that copy the same source region to several places (a push: ``mesh.push_broadcast_phase``) run
+chunk by chunk the other way round: one chunk of the source to every destination, then the next, so the source
+is read from memory once (two threads copying 16 MiB to 7 places on the 2-core laptop: 7.7 instead of 9.6 ms). Copies give
+the same bits in any order; a destination overlapping the source or another destination runs transfer by
+transfer.
+
 The barriers between steps are the caller's (the card's endpoint, or the host's wait with its hand-over).
 """
 
@@ -20,11 +26,13 @@ import numpy as np
 from ..types import apply_reduce
 
 CHUNK_BYTES = 128 << 10
+FAN_OUT_BYTES = 512 << 10       # a fan-out's chunk: read into the core's cache once, written everywhere
 
 
 def plan(sched, rank: int) -> list:
-    """Per step, ``rank``'s transfers (with their index in the step) in runs writing one region: computed once
-    per (schedule, rank) and kept on the schedule (schedules are built once per signature and shared)."""
+    """Per step, ``rank``'s transfers (with their index in the step) in runs writing one region or copying one
+    source region (``FAN_OUT`` first), computed once per (schedule, rank) and kept on the schedule (schedules
+    are built once per signature and shared)."""
     plans = sched.__dict__.setdefault("_plans", {})    # a frozen dataclass: its hash walks every transfer
     out = plans.get(rank)
     if out is None:
@@ -32,16 +40,32 @@ def plan(sched, rank: int) -> list:
         for step in sched.steps:
             runs: list[list] = []
             for i, t in enumerate(step):
-                if t.dst != rank or not t.count:
+                if t.runner != rank or not t.count:
                     continue
                 last = runs[-1][-1][1] if runs else None
-                if last is not None and (t.dst_buf, t.dst_off, t.count) == (last.dst_buf, last.dst_off, last.count):
+                if last is None:
+                    runs.append([(i, t)])
+                elif runs[-1][0] is not FAN_OUT and (t.dst, t.dst_buf, t.dst_off, t.count) == \
+                        (last.dst, last.dst_buf, last.dst_off, last.count):
+                    runs[-1].append((i, t))
+                elif _copies_of(last, t) and (len(runs[-1]) == 1 or runs[-1][0] is FAN_OUT):
+                    if runs[-1][0] is not FAN_OUT:
+                        runs[-1].insert(0, FAN_OUT)
                     runs[-1].append((i, t))
                 else:
                     runs.append([(i, t)])
             out.append([tuple(r) for r in runs])
         plans[rank] = out
     return out
+
+
+FAN_OUT = "fan-out"        # the mark of a run copying one source region to several places
+
+
+def _copies_of(a, b) -> bool:
+    """Two plain copies of the same source region."""
+    return not a.reduce and not b.reduce and (a.src, a.src_buf, a.src_off, a.count) == \
+        (b.src, b.src_buf, b.src_off, b.count)
 
 
 def run_step(sched, si: int, rank: int, arrays, rop: int, fetched=None) -> None:
@@ -51,6 +75,9 @@ def run_step(sched, si: int, rank: int, arrays, rop: int, fetched=None) -> None:
     data already brought from another node (``hccl/card/collective.py``), read instead of ``arrays``.
     """
     for run in plan(sched, rank)[si]:
+        if run[0] is FAN_OUT:
+            _fan_out(run[1:], arrays, fetched)
+            continue
         srcs, dsts = [], []
         for i, t in run:
             srcs.append(fetched[i] if fetched and i in fetched else
@@ -67,6 +94,24 @@ def run_step(sched, si: int, rank: int, arrays, rop: int, fetched=None) -> None:
             d = dst[lo:hi]
             for (_, t), src in zip(run, srcs):
                 _one(t, rop, d, src[lo:hi])
+
+
+def _fan_out(run, arrays, fetched) -> None:
+    """Copies of one source region: chunk by chunk, each chunk to every destination (see the module docstring)."""
+    i0, t0 = run[0]
+    src = fetched[i0] if fetched and i0 in fetched else arrays[t0.src][t0.src_buf][t0.src_off: t0.src_off + t0.count]
+    dsts = [arrays[t.dst][t.dst_buf][t.dst_off: t.dst_off + t.count] for _, t in run]
+    dsts = [d for d in dsts if d.ctypes.data != src.ctypes.data]       # in-place calls: a region onto itself
+    step = max(1, FAN_OUT_BYTES // max(src.itemsize, 1))
+    apart = all(not np.may_share_memory(d, x) for k, d in enumerate(dsts) for x in [src, *dsts[k + 1:]])
+    if src.size <= step or not apart:
+        for d in dsts:
+            np.copyto(d, src)
+        return
+    for lo in range(0, src.size, step):
+        s = src[lo: lo + step]
+        for d in dsts:
+            np.copyto(d[lo: lo + step], s)
 
 
 def _one(t, rop: int, dst: np.ndarray, src: np.ndarray) -> None:

@@ -22,7 +22,7 @@ STARTUP_VARS = ("PYTHONHASHSEED", "PYTHONOPTIMIZE", "PYTHONDONTWRITEBYTECODE", "
                 "PYTHONUTF8", "PYTHONIOENCODING", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHONMALLOC",
                 "PYTHONFAULTHANDLER", "PYTHONTRACEMALLOC", "PYTHONINSPECT", "PYTHONHOME", "PYTHONSTARTUP",
                 "LD_PRELOAD", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                "NUMEXPR_NUM_THREADS", "VIRTUAL_ENV")
+                "NUMEXPR_NUM_THREADS", "VIRTUAL_ENV", "GLIBC_TUNABLES")
 # Variables torch reads while it imports (TORCH_LOGS, PYTORCH_*, thread pools): a torch rank whose environment
 # differs from the torch server's in any of them starts fresh.
 TORCH_PREFIXES = ("TORCH", "PYTORCH", "KMP_", "GOMP_", "MKL_", "OMP_")

@@ -15,7 +15,7 @@ import traceback
 from collections.abc import Mapping
 from pathlib import Path
 
-from rt import faults
+from rt import copytune, faults
 from rt.args import acl_param, integer, number, shown
 from rt.config import Config, check_object_store, load_config
 from rt.diag import callsite
@@ -324,6 +324,7 @@ def common_rank_env(rc: RunConfig) -> dict:
     # npusim's own directory, so ranks import the same npusim as the launcher whether or not it is installed; after
     # the user's own entries: a real pyACL that CANN's set_env.sh put there is imported before npusim's.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH", ""), callsite.ROOT) if p)
+    env.update(copytune.tuned(env))         # large copies with non-temporal stores (rt/copytune.py)
     return env
 
 

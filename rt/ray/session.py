@@ -19,6 +19,7 @@ import tempfile
 import time
 import uuid
 
+from .. import copytune
 from ..config import Config, check_object_store
 from ..constants import AclErrorCode as E
 from ..errors import AclError
@@ -140,6 +141,7 @@ def _ray_start_environment(token: str):
       the variable lists; the variable is for the user's process (``rt`` applies it), not for the cards;
       and ``RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES`` so card actors are not handed one either;
     - the reaper tag, inherited by exactly Ray's processes and what they start;
+    - large copies with non-temporal stores (``rt/copytune.py``: ``GLIBC_TUNABLES``), in the cards' processes;
     - Ray's "enable cluster" constant off: otherwise it rewrites 127.0.0.1 to the host's primary address and
       every gRPC server listens on the wildcard address; with 127.0.0.1 kept, all of them bind loopback;
     - Ray's NPU detection silenced: with no real Ascend stack it logs a traceback while the node starts;
@@ -148,8 +150,10 @@ def _ray_start_environment(token: str):
     """
     from ray._private import ray_constants
     saved = {k: os.environ.get(k) for k in ("ASCEND_RT_VISIBLE_DEVICES", reaper.ENV,
-                                            "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES")}
+                                            "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "GLIBC_TUNABLES")}
+    tuned = copytune.tuned()            # read (and refused if bad) before anything changes
     os.environ.pop("ASCEND_RT_VISIBLE_DEVICES", None)
+    os.environ.update(tuned)
     os.environ.setdefault("RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "1")
     os.environ[reaper.ENV] = token
     cluster = ray_constants.ENABLE_RAY_CLUSTER

@@ -142,27 +142,35 @@ def test_mismatched_large_calls_fail_on_every_rank_and_the_comm_recovers(cards):
 @pytest.mark.parametrize("n", [4, 8])
 def test_chunked_steps_give_the_bits_of_the_reference_executor(algo, n, monkeypatch):
     """``algos.steps.run_step`` (card and host) in small chunks, rank after rank, equals ``run_numpy`` bit for bit,
-    out of place and, for all_reduce, in place."""
+    out of place and, for all_reduce and all_gather, in place; the pushing mesh broadcast and all_gather too."""
     import numpy as np
 
     from hccl import algos
     from hccl.algos import steps
 
     monkeypatch.setattr(steps, "CHUNK_BYTES", 64)
+    monkeypatch.setattr(steps, "FAN_OUT_BYTES", 64)
     rng = np.random.default_rng(n)
     count = 1003
-    for op in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "scatter", "all_to_all"):
-        if not algos.supports(algo, op):
+    for op, push in (("all_reduce", False), ("reduce_scatter", False), ("all_gather", False), ("broadcast", False),
+                     ("reduce", False), ("scatter", False), ("all_to_all", False), ("all_gather", True),
+                     ("broadcast", True)):
+        if not algos.supports(algo, op) or (push and algo != "mesh"):
             continue
         kw = {"root": n - 1} if op in ("broadcast", "reduce", "scatter") else {}
-        sched = algos.build(op, algo, n, count, **kw)
+        sched = algos.build(op, algo, n, count, **kw, **({"push": True} if push else {}))
         sizes = algos.buffer_sizes(op, n, count, tmp_count=sched.tmp_count, **kw)
-        for in_place in ((False, True) if op == "all_reduce" else (False,)):
+        for in_place in ((False, True) if op in ("all_reduce", "all_gather") else (False,)):
             sends = [rng.standard_normal(s["send"]).astype(np.float32) if s["send"] else None for s in sizes]
             recvs = [sends[r] if in_place else np.zeros(s["recv"], np.float32) if s["recv"] else None
                      for r, s in enumerate(sizes)]
             if op == "broadcast":
                 recvs = [rng.standard_normal(s["recv"]).astype(np.float32) for s in sizes]
+            if op == "all_gather" and in_place:      # send is block r of recv
+                recvs = [np.zeros(s["recv"], np.float32) for s in sizes]
+                for r in range(n):
+                    recvs[r][r * count:(r + 1) * count] = sends[r]
+                sends = [recvs[r][r * count:(r + 1) * count] for r in range(n)]
             want = algos.run_numpy(sched, [None if a is None else a.copy() for a in sends],
                                    [None if a is None else a.copy() for a in recvs])
             empty = np.empty(0, np.float32)

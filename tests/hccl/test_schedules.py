@@ -92,6 +92,60 @@ def test_data_movement_every_root(algo, n):
             check(FLAT[algo].scatter(n, count, root=root), "scatter", n, count, root, rng)
 
 
+@pytest.mark.parametrize("n", WORLD_SIZES)
+def test_push_schedules_every_root_and_count(n):
+    """The pushing mesh broadcast and all_gather (a rank writes its peers' buffers): valid, race-free out of place
+    and in place, every root, and equal to numpy; the broadcast is one step, the root's buffer read only."""
+    rng = np.random.default_rng(200 + n)
+    for count in counts_for(n) + [64 * n + 5]:
+        ag = mesh.all_gather(n, count, push=True)
+        check(ag, "all_gather", n, count, None, rng)
+        validate(ag, buffer_sizes("all_gather", n, count), in_place=True)
+        assert all(t.runner == t.src for step in ag.steps for t in step)
+        for root in range(n):
+            sched = mesh.broadcast(n, count, root=root, push=True)
+            check(sched, "broadcast", n, count, root, rng)
+            if count >= n * mesh.DIRECT_BROADCAST_MIN_CHUNK and n > 1:
+                assert sched.num_steps == 1 and {t.runner for t in sched.steps[0]} == set(range(n))
+                assert all(t.src == root and t.dst != root for t in sched.steps[0])
+
+
+def test_for_call_pushes_inside_one_node_only():
+    """Cards and the host path ask ``for_call``: on one node the mesh broadcast and all_gather push; across
+    nodes (a fullmesh over every rank, where a peer's memory is not mapped) they pull."""
+    from hccl.algos import select
+    p = {"count": 1 << 20, "dtype": int(types.HcclDataType.FP32), "root": 3}
+    for op in ("broadcast", "all_gather"):
+        one = select.for_call(op, 8, p, 1, "fullmesh", 0)
+        assert any(t.by >= 0 for step in one.steps for t in step), op
+        two = select.for_call(op, 8, dict(p, algo="level0:NA;level1:fullmesh"), 2, "fullmesh", 0)
+        assert all(t.by < 0 for step in two.steps for t in step), op
+    assert all(t.by < 0 for step in select.for_call("all_reduce", 8, p, 1, "fullmesh", 0).steps for t in step)
+
+
+def test_validate_detects_races_of_pushes():
+    # ranks 0 and 1 both write rank 2's recv[0:2]
+    both = make_schedule("test", "all_gather", 3, 2, None, [[
+        Transfer(0, "send", 0, 2, "recv", 0, 2, False, by=0),
+        Transfer(1, "send", 0, 2, "recv", 0, 2, False, by=1)]])
+    with pytest.raises(HcclError, match=r"race in step 0: rank 0 writes rank 2 recv\[0:2\] while rank 1 writes "
+                                        r"rank 2's recv\[0:2\]"):
+        validate(both, {"send": 2, "recv": 6})
+    # rank 2 reads its own recv while rank 0 pushes into it
+    reads = make_schedule("test", "all_gather", 3, 2, None, [[
+        Transfer(0, "send", 0, 2, "recv", 0, 2, False, by=0),
+        Transfer(2, "recv", 0, 2, "recv", 4, 2, False)]])
+    with pytest.raises(HcclError, match=r"rank 2 reads rank 2 recv\[0:2\] while rank 0 writes rank 2's recv"):
+        validate(reads, {"send": 2, "recv": 6})
+    with pytest.raises(HcclError, match="runner 3 out of"):
+        validate(make_schedule("t", "all_gather", 3, 2, None, [[Transfer(0, "send", 0, 2, "recv", 0, 2, False, by=3)]]),
+                 {"send": 2, "recv": 6})
+    # one runner's own transfers run in order: no race
+    validate(make_schedule("test", "all_gather", 3, 2, None, [[
+        Transfer(0, "send", 0, 2, "recv", 0, 2, False, by=0),
+        Transfer(2, "recv", 0, 1, "recv", 0, 2, False, by=0)]]), {"send": 2, "recv": 6})
+
+
 @pytest.mark.parametrize("level1", ["ring", "hd"])
 @pytest.mark.parametrize("n,m", HIER)
 def test_hierarchical_every_collective(n, m, level1):

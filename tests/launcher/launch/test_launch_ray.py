@@ -90,3 +90,42 @@ def test_unreachable_address_fails_fast_with_the_address_named(tmp_path):
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 1
     assert "127.0.0.1:1" in done.stderr and "never" not in done.stdout
+
+
+COPY_PROBE = textwrap.dedent("""
+    import json, os, sys
+    import rt
+    from rt.host.runtime import RUNTIME
+
+    def started_with(pid):
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read().split(b"\\0") if b"=" in item)
+        return env.get(b"GLIBC_TUNABLES", b"").decode()
+
+    rt.init()
+    rt.set_device(int(os.environ["DEVICE_ID"]))
+    card_pid = RUNTIME.current.client.info["pid"]
+    print("TUNABLES " + json.dumps({"rank": started_with(os.getpid()), "card": started_with(card_pid)}))
+""")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not __import__("rt.copytune").copytune.applies(), reason="glibc on x86-64 only")
+def test_ranks_and_cards_start_with_non_temporal_copies(tmp_path):
+    """Every rank process (forked from the fork server or not) and every card process starts with glibc's
+    non-temporal threshold of ``NPUSIM_NT_COPY_BYTES`` (rt/copytune.py): what the process was started with, as
+    /proc shows it (glibc reads it before ``main``; a variable set after a fork changes nothing). With tunables
+    of the user's first, glibc splits the original string in place, so /proc shows only the first: the merge is
+    tests/rt/test_copytune.py's."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(COPY_PROBE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NPUSIM_NT_COPY_BYTES": "0x100000"}
+    env.pop("RAY_ADDRESS", None)
+    env.pop("GLIBC_TUNABLES", None)
+    done = subprocess.run([sys.executable, "-m", "launcher", "--nproc", "2", str(probe)],
+                          capture_output=True, text=True, env=env, timeout=200, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    seen = [json.loads(line.split("TUNABLES ", 1)[1]) for line in done.stdout.splitlines() if "TUNABLES " in line]
+    assert len(seen) == 2, done.stdout[-3000:]
+    want = "glibc.cpu.x86_non_temporal_threshold=0x100000"
+    assert all(s == {"rank": want, "card": want} for s in seen), seen
