@@ -183,3 +183,32 @@ def test_chunked_steps_give_the_bits_of_the_reference_executor(algo, n, monkeypa
             for r in range(n):
                 if want[r] is not None:
                     assert np.array_equal(arrays[r]["recv"], want[r]), (op, algo, n, in_place, r)
+
+
+def test_a_fan_out_to_destinations_just_ahead_of_the_source_goes_through_a_bounce_buffer(monkeypatch):
+    """A destination less than ``ALIAS_BAND`` bytes ahead of the source within a page (glibc's non-temporal copy
+    stalls on it) gets each chunk through a buffer at its own page offset; the others directly; same bits."""
+    import numpy as np
+
+    from hccl.algos import mesh, steps
+
+    monkeypatch.setattr(steps, "FAN_OUT_BYTES", 4096)
+    monkeypatch.setattr(steps, "_nt", 2048)
+    bounced = []
+    real = steps._bounce
+    monkeypatch.setattr(steps, "_bounce", lambda chunk, page, nt: bounced.append(page) or real(chunk, page, nt))
+    n, count = 4, 4 * 5000 + 3                       # float32: 20 KiB per rank's chunk, 4 KiB fan-out chunks
+
+    def at(page_offset):                             # a float32 array starting ``page_offset`` bytes into a page
+        raw = np.zeros(count * 4 + 2 * steps.PAGE, np.uint8)
+        start = (page_offset - raw.ctypes.data) % steps.PAGE
+        return raw[start: start + count * 4].view(np.float32)
+    recvs = [at(off) for off in (0, 0x200, 0x800, 0x3c0)]     # ranks 1 and 3: just ahead of rank 0's buffer
+    recvs[0][:] = np.random.default_rng(0).standard_normal(count).astype(np.float32)
+    sched = mesh.broadcast(n, count, root=0, push=True)
+    arrays = {r: {"send": np.empty(0, np.float32), "recv": recvs[r], "tmp": np.empty(0, np.float32)} for r in range(n)}
+    steps.run_step(sched, 0, 0, arrays, 0)           # rank 0 pushes its chunk (the root's own) to ranks 1-3
+    lo, hi = 0, -(-count // n)
+    for r in (1, 2, 3):
+        assert np.array_equal(recvs[r][lo:hi], recvs[0][lo:hi]), r
+    assert sorted(set(bounced)) == [0x200, 0x3c0] and len(bounced) == 2 * -(-(hi - lo) * 4 // 4096)
