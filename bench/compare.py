@@ -11,7 +11,9 @@ What it runs, round after round in the same order (ours, gloo, mpi, ours, gloo, 
         ``bench`` extra; skipped with a note when it is missing)
   mpi   ``mpirun -np N python bench/peers/mpi_allreduce.py <coll> ...`` (needs mpi4py + Open MPI;
         skipped with a note when missing)
-All three time a call the same way (blocking call, host clock, per-rank median, max over ranks) and
+All three warm up as nccl-tests' TimeTest (``-w`` calls at the largest size, then at the smallest, before the
+sweep, and ``-w`` more before each size), time a call the same way (blocking call, host clock, per-rank median,
+max over ranks) and
 check the result once against numpy. The table shows per-size medians over rounds, busbw derived
 from the median time, and ratios ours/peer (time: < 1 is faster; busbw: > 1 is faster).
 

@@ -153,6 +153,20 @@ class RankBench:
         return out
 
 
+def warm_up(bench: RankBench, sizes) -> None:
+    """nccl-tests' TimeTest before its sweep: a barrier, then ``-w`` calls at the largest size and ``-w`` at the
+    smallest (out of place, where the collective has it). A process's first collectives are slower than the rest
+    (docs/performance.md, "Session 35"): without this the sweep's first size would time them."""
+    bench.hccl.barrier(bench.comm)
+    bench.sync()
+    for nbytes in sizes:
+        lay = layout(bench.ns.collective, nbytes, bench.n, bench.isz)
+        send, recv = bench.fill(lay, bench.ns.collective in NO_OUT_OF_PLACE)
+        for _ in range(bench.ns.warmup):
+            bench.call(lay, send, recv)
+        bench.sync()
+
+
 def measure(bench: RankBench, nbytes: int) -> dict | None:
     """One table row (on rank 0; None elsewhere)."""
     ns, n = bench.ns, bench.n
@@ -206,6 +220,7 @@ def run_rank(ns) -> int:
         for line in preamble(ns, devices, comm.size):
             print(line, flush=True)
     sizes = [0] if ns.collective == "barrier" else ns.sizes
+    warm_up(bench, [max(sizes), min(sizes)])
     for nbytes in sizes:
         row = measure(bench, nbytes)
         if row is not None:

@@ -25,7 +25,8 @@ def pattern(count: int, rank: int) -> torch.Tensor:
     return ((torch.arange(count, dtype=torch.int64) * 7 + 31 * rank) % 101 + 1).to(torch.float32)
 
 
-def bench_one(collective: str, nbytes: int, ns, rank: int, n: int) -> dict:
+def bench_one(collective: str, nbytes: int, ns, rank: int, n: int, timed: bool = True) -> dict | None:
+    """One row; ``timed=False``: only the ``ns.warmup`` calls (the sweep's warm-up, as nccl-tests' TimeTest)."""
     count, size = layout(collective, nbytes, n)
     if collective == "reduce_scatter":
         count *= n                               # the input holds every rank's block
@@ -48,6 +49,8 @@ def bench_one(collective: str, nbytes: int, ns, rank: int, n: int) -> dict:
             dist.all_gather(outs, x)
     for _ in range(ns.warmup):
         call()
+    if not timed:
+        return None
     dist.barrier()
     med = median_time(call, lambda: None, ns.iters)   # gloo calls block until complete on CPU
     # check once from fresh inputs
@@ -82,6 +85,9 @@ def main() -> None:
             first_collective_mark()
         dist.destroy_process_group()
         return
+    dist.barrier()
+    for s in (max(sizes(ns)), min(sizes(ns))):          # nccl-tests' TimeTest: warm up at both ends first
+        bench_one(ns.collective, s, ns, rank, n, timed=False)
     rows = [bench_one(ns.collective, s, ns, rank, n) for s in sizes(ns)]
     if rank == 0:
         emit({"peer": "gloo", "collective": ns.collective, "nranks": n, "rows": rows,

@@ -22,7 +22,8 @@ def pattern(count: int, rank: int) -> np.ndarray:
     return ((np.arange(count, dtype=np.int64) * 7 + 31 * rank) % 101 + 1).astype(np.float32)
 
 
-def bench_one(comm, collective: str, nbytes: int, ns) -> dict:
+def bench_one(comm, collective: str, nbytes: int, ns, timed: bool = True) -> dict | None:
+    """One row; ``timed=False``: only the ``ns.warmup`` calls (the sweep's warm-up, as nccl-tests' TimeTest)."""
     rank, n = comm.rank, comm.size
     count, size = layout(collective, nbytes, n)
     if collective == "reduce_scatter":
@@ -50,6 +51,8 @@ def bench_one(comm, collective: str, nbytes: int, ns) -> dict:
             comm.Allgather(x, out)
     for _ in range(ns.warmup):
         call()
+    if not timed:
+        return None
     comm.Barrier()
     med = median_time(call, lambda: None, ns.iters)
     x[:] = pattern(count, rank)
@@ -81,6 +84,9 @@ def main() -> None:
         if comm.rank == 0:
             first_collective_mark()
         return
+    comm.Barrier()
+    for s in (max(sizes(ns)), min(sizes(ns))):          # nccl-tests' TimeTest: warm up at both ends first
+        bench_one(comm, ns.collective, s, ns, timed=False)
     rows = [bench_one(comm, ns.collective, s, ns) for s in sizes(ns)]
     if comm.rank == 0:
         emit({"peer": "mpi", "collective": ns.collective, "nranks": comm.size, "rows": rows,

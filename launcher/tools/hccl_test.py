@@ -11,7 +11,9 @@ send_recv (every rank sends to rank+1 and receives from rank-1, one batch_send_r
 
 The command starts N rank processes through the launcher's job loop, in its own process (as ``launch --nproc N``:
 an embedded local Ray session unless ``--address``), each running the rank body ``hccl/perf.py``. Each rank allocates its buffers on its own card once, at the
-largest size, then for every size: fills its input with a rank-dependent pattern, runs ``-w``
+largest size; as nccl-tests' TimeTest, the ranks then line up on a barrier and run ``-w`` calls at the largest
+size and ``-w`` at the smallest before the sweep (a process's first collectives are slower than the rest); then
+for every size each rank fills its input with a rank-dependent pattern, runs ``-w``
 warm-up calls, ``-n`` timed calls out of place and ``-n`` in place (each call = enqueue + stream
 synchronize, timed with the host clock), then ``-c`` checked calls per placement whose output is
 compared element by element with a numpy oracle. Ranks line up with a barrier before each timed
