@@ -60,3 +60,19 @@ def tuned(env=None) -> dict:
     if not value or not applies() or any(part.split("=", 1)[0] == TUNABLE for part in current.split(":")):
         return {}
     return {"GLIBC_TUNABLES": ":".join(p for p in (current, f"{TUNABLE}={value:#x}") if p)}
+
+
+def active() -> int:
+    """The threshold this process runs with, as its ``GLIBC_TUNABLES`` says (0: glibc's default, or not glibc on
+    x86-64). A process npusim started carries it from exec; one started otherwise has what its starter gave it."""
+    if not applies():
+        return 0
+    for part in os.environ.get("GLIBC_TUNABLES", "").split(":"):
+        name, _, value = part.partition("=")
+        if name == TUNABLE:
+            try:
+                return max(0, int(value, 0))
+            except ValueError:
+                return 0
+    return 0
+

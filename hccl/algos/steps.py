@@ -12,9 +12,9 @@ memory apart from it, are chunked; anything else runs transfer by transfer.
 
 Consecutive ones that copy the same source region to several places (a push: ``mesh.push_broadcast_phase``) run
 chunk by chunk the other way round: one chunk of the source to every destination, then the next, so the source
-is read from memory once (two threads copying 16 MiB to 7 places on the 2-core laptop: 7.7 instead of 9.6 ms). Copies give
-the same bits in any order; a destination overlapping the source or another destination runs transfer by
-transfer.
+is read from memory once (two threads copying 16 MiB to 7 places on the 2-core laptop: 7.7 instead of 9.6 ms).
+Copies give the same bits in any order; a destination overlapping the source or another destination runs
+transfer by transfer.
 
 The barriers between steps are the caller's (the card's endpoint, or the host's wait with its hand-over).
 """
@@ -26,7 +26,6 @@ import threading
 import numpy as np
 
 from rt import copytune
-from rt.errors import AclError
 
 from ..types import apply_reduce
 
@@ -144,10 +143,7 @@ def _nt_bytes() -> int:
     """From how many bytes this process's copies use non-temporal stores (``rt/copytune.py``; 0: never)."""
     global _nt
     if _nt is None:
-        try:
-            _nt = copytune.threshold() if copytune.applies() else 0
-        except AclError:
-            _nt = 0
+        _nt = copytune.active()
     return _nt
 
 

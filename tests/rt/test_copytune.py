@@ -39,3 +39,15 @@ def test_ranks_and_their_fork_server_get_it_and_it_shapes_start_up():
     assert common_rank_env(Rc())["GLIBC_TUNABLES"] == f"{copytune.TUNABLE}={copytune.DEFAULT:#x}"
     # a rank whose tunables differ from its fork server's must not be forked from it: glibc read them at exec
     assert "GLIBC_TUNABLES" in client.STARTUP_VARS
+
+
+@needs_glibc
+def test_active_reads_what_this_process_runs_with(monkeypatch):
+    monkeypatch.setenv("GLIBC_TUNABLES", f"glibc.malloc.arena_max=2:{copytune.TUNABLE}=0x80000")
+    assert copytune.active() == 0x80000
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
+    assert copytune.active() == 0
+    monkeypatch.setenv("GLIBC_TUNABLES", f"{copytune.TUNABLE}=junk")
+    assert copytune.active() == 0
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    assert copytune.active() == 0
