@@ -47,8 +47,20 @@ def threshold(env=None) -> int:
 @functools.lru_cache(maxsize=1)
 def applies() -> bool:
     """Whether this platform's C library has the tunable (glibc on x86-64)."""
-    return platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64") and \
-        platform.libc_ver()[0] == "glibc"
+    try:
+        libc = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    except (AttributeError, ValueError, OSError):     # no confstr, or no such name: not glibc
+        libc = ""
+    return platform.system() == "Linux" and platform.machine() in ("x86_64", "AMD64") and libc.startswith("glibc")
+
+
+def _setting(tunables: str) -> str | None:
+    """The threshold's value in a ``GLIBC_TUNABLES`` string (None: it does not set it)."""
+    for part in tunables.split(":"):
+        name, _, value = part.partition("=")
+        if name == TUNABLE:
+            return value
+    return None
 
 
 def tuned(env=None) -> dict:
@@ -57,7 +69,7 @@ def tuned(env=None) -> dict:
     env = os.environ if env is None else env
     value = threshold(env)
     current = env.get("GLIBC_TUNABLES", "")
-    if not value or not applies() or any(part.split("=", 1)[0] == TUNABLE for part in current.split(":")):
+    if not value or not applies() or _setting(current) is not None:
         return {}
     return {"GLIBC_TUNABLES": ":".join(p for p in (current, f"{TUNABLE}={value:#x}") if p)}
 
@@ -65,14 +77,8 @@ def tuned(env=None) -> dict:
 def active() -> int:
     """The threshold this process runs with, as its ``GLIBC_TUNABLES`` says (0: glibc's default, or not glibc on
     x86-64). A process npusim started carries it from exec; one started otherwise has what its starter gave it."""
-    if not applies():
+    value = _setting(os.environ.get("GLIBC_TUNABLES", "")) if applies() else None
+    try:
+        return max(0, int(value, 0)) if value is not None else 0
+    except ValueError:
         return 0
-    for part in os.environ.get("GLIBC_TUNABLES", "").split(":"):
-        name, _, value = part.partition("=")
-        if name == TUNABLE:
-            try:
-                return max(0, int(value, 0))
-            except ValueError:
-                return 0
-    return 0
-

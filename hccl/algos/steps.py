@@ -115,11 +115,10 @@ def _fan_out(run, arrays, fetched) -> None:
     nt = _nt_bytes()
     for lo in range(0, src.size, step):
         s = src[lo: lo + step]
-        at, bounced = s.ctypes.data, None
+        at, bounced = s.ctypes.data, {}              # page offset -> this chunk there
         for d in dsts:
             d = d[lo: lo + step]
             if nt and s.nbytes >= nt and 0 < (d.ctypes.data - at) % PAGE < ALIAS_BAND:
-                bounced = bounced if bounced is not None else {}
                 page = d.ctypes.data % PAGE
                 if page not in bounced:
                     bounced[page] = _bounce(s, page, nt)
