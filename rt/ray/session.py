@@ -107,7 +107,7 @@ def start_local_ray(cfg: Config, nodes: int = 1) -> None:
             logging_level=logging.WARNING,
             log_to_driver=True,
             configure_logging=True,
-            _system_config=FAST_CONNECT,
+            _system_config=dict(FAST_CONNECT),      # a copy: Ray adds this session's spilling directory to it
         )
     node = getattr(ray._private.worker, "_global_node", None)
     reaper.processes(token, _session_processes(node))

@@ -125,3 +125,39 @@ def test_a_pyacl_program_under_launch(tmp_path):
                           text=True, env=env, timeout=120, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "[rank0]:rank 0 device (0, 0)" in done.stdout and "[rank1]:rank 1 device (1, 0)" in done.stdout
+
+
+def test_init_after_finalize_and_releases_left_to_del_on_ray(tmp_path):
+    """On the embedded Ray session, as a user's program runs: acl.init() works again after acl.finalize() (Ray
+    once kept the first session's spilling directory in its config, and the second start failed with 500000),
+    and objects an acllite-style program releases in ``__del__`` at interpreter shutdown — after npusim's atexit
+    finalize released them — report 0 and log nothing."""
+    prog = tmp_path / "cycle.py"
+    prog.write_text(
+        "import numpy as np, acl\n"
+        "for round_ in range(2):\n"
+        "    assert acl.init() == 0, round_\n"
+        "    assert acl.rt.set_device(0) == 0\n"
+        "    ptr, ret = acl.rt.malloc(64, 0)\n"
+        "    assert ret == 0\n"
+        "    a = np.full(16, round_ + 1, np.float32)\n"
+        "    assert acl.rt.memcpy(ptr, 64, acl.util.numpy_to_ptr(a), 64, 1) == 0\n"
+        "    b = np.zeros(16, np.float32)\n"
+        "    assert acl.rt.memcpy(acl.util.numpy_to_ptr(b), 64, ptr, 64, 2) == 0\n"
+        "    assert b.tolist() == [round_ + 1.0] * 16\n"
+        "    assert acl.rt.free(ptr) == 0 and acl.rt.reset_device(0) == 0 and acl.finalize() == 0\n"
+        "class Resource:\n"
+        "    def __init__(self):\n"
+        "        assert acl.init() == 0 and acl.rt.set_device(0) == 0\n"
+        "        self.context, ret = acl.rt.create_context(0)\n"
+        "        self.stream, ret = acl.rt.create_stream()\n"
+        "        self.ptr, ret = acl.rt.malloc(1024, 0)\n"
+        "    def __del__(self):\n"
+        "        rets = [acl.rt.free(self.ptr), acl.rt.destroy_stream(self.stream),\n"
+        "                acl.rt.destroy_context(self.context), acl.rt.reset_device(0), acl.finalize()]\n"
+        "        print('released at exit:', rets, flush=True)\n"
+        "resource = Resource()\n"
+        "print('OK')\n")
+    done = run(str(prog), backend=None, cwd=tmp_path, extra_env={"ASCEND_RT_VISIBLE_DEVICES": "0"})
+    assert "OK" in done.stdout and "released at exit: [0, 0, 0, 0, 0]" in done.stdout, done.stdout + done.stderr
+    assert "failed with" not in done.stderr and "Traceback" not in done.stderr, done.stderr
