@@ -31,6 +31,7 @@ from rt import args, errors
 from rt.constants import AclErrorCode as E
 from rt.diag import slog
 from rt.errors import AclError, NpuError
+from rt.host.runtime import RUNTIME
 
 log = logging.getLogger("npusim.acl")
 _logged: set[str] = set()
@@ -61,6 +62,10 @@ def report(call: str, exc: BaseException) -> int:
     return code
 
 
+# What a program may release in __del__ at interpreter shutdown, after npusim's atexit finalize released it already
+RELEASES = frozenset({"finalize", "rt.reset_device", "rt.reset_device_force", "rt.destroy_context", "rt.destroy_stream",
+                      "rt.destroy_stream_force", "rt.destroy_event", "rt.free", "rt.free_host", "rt.unsubscribe_report",
+                      "mdl.unload", "media.dvpp_free"})
 PASSTHROUGH = frozenset({"user_data", "args_list"})     # the program's own objects, handed to its callback
 INT_LO, INT_HI = -(1 << 63), 1 << 64                     # what a C int64_t / uint64_t parameter can hold
 
@@ -93,6 +98,8 @@ def _facade(call: str, fn, done, failed, form: str, default=None):
             check(call, args, kwargs)
             out = fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - pyACL returns codes, never raises
+            if call in RELEASES and RUNTIME.exited and not RUNTIME.initialized:
+                return done(None)       # released at exit already (finalize_at_exit): a __del__ at shutdown
             return failed(report(call, e))
         return done(out)
     facade.acl_form, facade.acl_default = form, default

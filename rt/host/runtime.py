@@ -139,6 +139,7 @@ class Runtime:
         self.defaults: dict[int, Context] = {}
         self.contexts: set[Context] = set()
         self.tls = threading.local()
+        self.exited = False             # finalized by finalize_at_exit: the process is exiting
 
     # -- init / finalize ----------------------------------------------------------------------
     def init(self, config=None, *, address=None, backend=None) -> None:
@@ -153,6 +154,7 @@ class Runtime:
             self.node = self.backend.node
             PINNED.limit = self.cfg.pinned_limit_bytes
             self.initialized = True
+            self.exited = False
 
     def finalize(self) -> None:
         with self.lock:
@@ -293,8 +295,12 @@ def parse_visible(text: str | None, count: int) -> list[int]:
 
 @atexit.register
 def finalize_at_exit() -> None:
+    """The process is exiting with the runtime still up: release its cards before Ray's own shutdown. Objects a
+    program releases later, in ``__del__`` at interpreter shutdown (acllite's way), are gone with it already:
+    ``exited`` lets the ``acl`` facade report those releases as done (on CANN they run before the runtime goes)."""
     if RUNTIME.initialized:
         try:
             RUNTIME.finalize()
         except Exception:
             pass
+        RUNTIME.exited = True
