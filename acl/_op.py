@@ -29,7 +29,7 @@ from rt.diag import slog
 from rt.errors import AclError
 from rt.files import FileRefused, check_path
 from rt.host.tensor import Tensor, launch_kernel
-from rt.kernels import registry
+from rt.kernels import cann, registry
 from rt.mdl import format as fmt
 
 from ._core import code, stream_of
@@ -40,8 +40,6 @@ from ._tensor import BLOCKED_FORMATS, FORMATS, TensorDesc, desc_of
 
 OM_DIR_MAX_DEPTH = 3          # CANN lists op models this many directory levels deep
 MAX_OP_MODELS = 10000         # CANN's default max_opqueue_num
-ALIASES = {"RealDiv": "Div"}                   # CANN op types whose ONNX-named kernel is spelled otherwise
-ATTR_ALIASES = {"Cast": {"dst_type": "to"}}    # ... and attributes
 
 
 class OpModel:
@@ -57,8 +55,11 @@ class OpModel:
     def key(self):
         return self.op_type, repr(self.inputs), repr(self.outputs), repr(sorted(self.attrs.items()))
 
-    def matches(self, op_type: str, ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict) -> bool:
-        return (op_type == self.op_type and _fits(self.inputs, ins) and _fits(self.outputs, outs)
+    def matches(self, kernel: str, ins: list[TensorDesc], outs: list[TensorDesc], attrs: dict) -> bool:
+        """Whether a call of ``kernel`` with these descs and (kernel, normalised) ``attrs`` is this model's: op
+        models hold the card's kernel and its attributes (``rt/kernels/cann.py``), so CANN's spelling of the call
+        and ATC's of the op list meet there."""
+        return (kernel == self.op_type and _fits(self.inputs, ins) and _fits(self.outputs, outs)
                 and attrs == self.attrs)
 
 
@@ -225,12 +226,18 @@ def _tensors(call, role, descs, bufs) -> list[Tensor]:
     return out
 
 
+def _kernel(call, op_type, attrs: dict, n_inputs: int) -> tuple[str, dict]:
+    """The card's kernel for CANN operator ``op_type`` and its attributes (``rt/kernels/cann.py``)."""
+    try:
+        return cann.to_kernel(op_type, attrs, n_inputs)
+    except AclError as exc:
+        raise AclError(exc.code, f"{call}: {exc.message}") from None
+
+
 def _run(call, op_type, in_descs, in_bufs, out_descs, out_bufs, attrs, stream) -> None:
     """Launch the kernel of ``op_type`` on ``stream`` after checking the outputs the descs promise."""
-    name = ALIASES.get(op_type, op_type)
+    name, attrs = _kernel(call, op_type, attrs, len(in_descs))
     opdef = registry.get_op(name)
-    renames = ATTR_ALIASES.get(op_type, {})
-    attrs = {renames.get(k, k): v for k, v in attrs.items()}
     st = stream_of(stream, call)
     ins = _tensors(call, "input", in_descs, in_bufs)
     outs = _tensors(call, "output", out_descs, out_bufs)
@@ -250,7 +257,8 @@ def _execute(call, op_type, input_desc, inputs, output_desc, outputs, attr, stre
     in_descs, in_bufs, out_descs, out_bufs = _operands(call, input_desc, inputs, output_desc, outputs)
     attrs = _attrs(attr, call)
     in_descs, in_bufs = _present(in_descs, in_bufs, call)
-    if OP_MODELS.find(op_type, in_descs, out_descs, _normal(attrs)) is None:
+    kernel, kernel_attrs = _kernel(call, op_type, attrs, len(in_descs))
+    if OP_MODELS.find(kernel, in_descs, out_descs, _normal(kernel_attrs)) is None:
         shown = ", ".join(d.describe() for d in in_descs)
         raise AclError(E.ACL_ERROR_OP_NOT_FOUND,
                        f"{call}: [Match][OpModel]MatchOpModel opName = {op_type} fail from static map or dynamic map. "
@@ -315,18 +323,15 @@ def compile(op_type, input_desc, output_desc, attr, engine_type, compile_flag, o
     op_type = args.text(op_type, call, "op_type")
     ins = [desc_of(h, call) for h in args.sequence(input_desc, call, "input_desc")]
     outs = [desc_of(h, call) for h in args.sequence(output_desc, call, "output_desc")]
-    attrs = _attrs(attr, call)
-    name = ALIASES.get(op_type, op_type)
-    opdef = registry.get_op(name)
     ins, _ = _present(ins, ins, call)
-    renames = ATTR_ALIASES.get(op_type, {})
-    registry.infer(opdef.name, [registry.TensorSpec(tuple(d.dims), d.dtype) for d in ins],
-                   {renames.get(k, k): v for k, v in attrs.items()})
+    name, attrs = _kernel(call, op_type, _attrs(attr, call), len(ins))
+    opdef = registry.get_op(name)
+    registry.infer(opdef.name, [registry.TensorSpec(tuple(d.dims), d.dtype) for d in ins], attrs)
     model = fmt.ModelDef(
         name=f"compiled_{op_type}",
         inputs=tuple(fmt.ValueInfo(f"x{i}", d.dtype, tuple(d.dims)) for i, d in enumerate(ins)),
         outputs=tuple(fmt.ValueInfo(f"y{i}", d.dtype, tuple(d.dims)) for i, d in enumerate(outs)),
-        nodes=(fmt.Node(op_type, op_type, tuple(f"x{i}" for i in range(len(ins))),
+        nodes=(fmt.Node(opdef.name, op_type, tuple(f"x{i}" for i in range(len(ins))),
                         tuple(f"y{i}" for i in range(len(outs))), dict(attrs)),),
         weights=(), batch_sizes=())
     OP_MODELS.add(OpModel(model, f"op.compile({op_type})"))

@@ -272,3 +272,65 @@ def test_op_models_written_by_atc_singleop_run(acl0, tmp_path):
     assert acl.op.execute_v2("Cast", t.in_descs, t.in_bufs, t.out_descs, t.out_bufs, attr, 0) == OP_NOT_FOUND
     acl.op.destroy_attr(attr)
     t.free()
+
+
+def test_cann_spellings_through_atc_and_execute_v2(acl0, tmp_path):
+    """CANN's op types and attributes as the samples' op lists spell them (Cast's dst_type and truncate, RealDiv,
+    Maximum, SoftmaxV2's axes, MatMul's transpose_x1/x2 and bias) compile with ``atc --singleop``, match
+    ``execute_v2`` called with the same spelling, and compute what numpy does; ``compile_and_execute`` agrees."""
+    import json
+    from rt.mdl.onnx import singleop
+    acl = acl0
+
+    def nd(dtype, shape):
+        return {"format": "ND", "shape": shape, "type": dtype}
+    ops = [
+        {"op": "Cast", "input_desc": [nd("float", [2, 4])], "output_desc": [nd("float16", [2, 4])],
+         "attr": [{"name": "truncate", "type": "bool", "value": False}, {"name": "dst_type", "type": "int", "value": 1}]},
+        {"op": "RealDiv", "input_desc": [nd("float", [2, 4])] * 2, "output_desc": [nd("float", [2, 4])]},
+        {"op": "Maximum", "input_desc": [nd("float", [2, 4])] * 2, "output_desc": [nd("float", [2, 4])]},
+        {"op": "SoftmaxV2", "input_desc": [nd("float", [2, 4])], "output_desc": [nd("float", [2, 4])],
+         "attr": [{"name": "axes", "type": "list_int", "value": [0]}]},
+        {"op": "MatMul", "input_desc": [nd("float", [4, 2]), nd("float", [3, 4]), nd("float", [3])],
+         "output_desc": [nd("float", [2, 3])],
+         "attr": [{"name": "transpose_x1", "type": "bool", "value": True},
+                  {"name": "transpose_x2", "type": "bool", "value": True}]},
+    ]
+    (tmp_path / "ops.json").write_text(json.dumps(ops))
+    assert len(singleop.generate(str(tmp_path / "ops.json"), str(tmp_path / "models"))) == 5
+    assert acl.op.set_model_dir(str(tmp_path / "models")) == 0
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((2, 4)).astype(np.float32), rng.uniform(1, 2, (2, 4)).astype(np.float32)
+    a, b, bias = (rng.standard_normal(s).astype(np.float32) for s in ((4, 2), (3, 4), (3,)))
+    soft = np.exp(x - x.max(0)) / np.exp(x - x.max(0)).sum(0)
+    cases = [("Cast", [x], [(np.float16, (2, 4))], [("bool", "truncate", False), ("int", "dst_type", 1)],
+              x.astype(np.float16)),
+             ("RealDiv", [x, y], [(np.float32, (2, 4))], [], x / y),
+             ("Maximum", [x, y], [(np.float32, (2, 4))], [], np.maximum(x, y)),
+             ("SoftmaxV2", [x], [(np.float32, (2, 4))], [("list_int", "axes", [0])], soft),
+             ("MatMul", [a, b, bias], [(np.float32, (2, 3))],
+              [("bool", "transpose_x1", True), ("bool", "transpose_x2", True)], a.T @ b.T + bias)]
+    for op, ins, outs, attrs, want in cases:
+        for run in ("execute_v2", "compile_and_execute"):
+            t = Dev(acl, None, ins, outs)
+            attr = acl.op.create_attr()
+            for kind, name, value in attrs:
+                assert getattr(acl.op, f"set_attr_{kind}")(attr, name, value) == 0
+            if run == "execute_v2":
+                ret = acl.op.execute_v2(op, t.in_descs, t.in_bufs, t.out_descs, t.out_bufs, attr, 0)
+            else:
+                ret = acl.op.compile_and_execute(op, t.in_descs, t.in_bufs, t.out_descs, t.out_bufs, attr, 0, 0, None, 0)
+            assert ret == 0, (op, run, acl.get_recent_err_msg())
+            assert acl.rt.synchronize_device() == 0
+            np.testing.assert_allclose(t.result().astype(np.float32), want.astype(np.float32), rtol=1e-3, atol=1e-5)
+            acl.op.destroy_attr(attr)
+            t.free()
+    # a value no kernel expresses: named, with ACL_ERROR_OP_ATTR_NOT_MATCH
+    t = Dev(acl, None, [x], [(np.float32, (2, 4))])
+    attr = acl.op.create_attr()
+    assert acl.op.set_attr_list_int(attr, "axes", [0, 1]) == 0
+    assert acl.op.compile_and_execute("SoftmaxV2", t.in_descs, t.in_bufs, t.out_descs, t.out_bufs, attr, 0, 0, None,
+                                      0) == 100023
+    assert "axes=[0, 1]" in acl.get_recent_err_msg()
+    acl.op.destroy_attr(attr)
+    t.free()

@@ -6,8 +6,8 @@ file is named as ATC names single-op models: ``<index>_<op>`` then, for every in
 ``_<dtype code>_<format code>_<dims...>`` (ACL's aclDataType / aclFormat numbers), cut to 128 characters,
 plus ``.om`` — e.g. ``0_Add_1_2_8_16_1_2_8_16_1_2_8_16.om`` for an fp16 ND [8,16] Add. ``acl.op.load`` /
 ``set_model_dir`` find them by op type, descs and attributes. CANN spellings whose card kernel is named
-otherwise are mapped (``RealDiv`` -> ``Div``; Cast's ``dst_type`` -> ``to``, an aclDataType number the card's
-Cast reads as such); the file name keeps the list's op type.
+otherwise are mapped (``rt/kernels/cann.py``: ``RealDiv`` -> ``Div``, Cast's ``dst_type`` -> ``to``, MatMul's
+``transpose_x1/x2`` -> Gemm, ...); the file name keeps the list's op type.
 
 Dtype and format spellings are those of ATC's single-op parser (``float16``/``half``/``fp16``, ``float``/
 ``float32``, ...; formats case-insensitive). npusim keeps tensors in their origin layout, so only the origin
@@ -21,6 +21,7 @@ import json
 import os
 
 from ...errors import AclError
+from ...kernels import cann
 from ...kernels.registry import REGISTRY
 from ..builder import GraphBuilder
 from ..format import ModelDef, serialize
@@ -39,10 +40,6 @@ FORMATS = {"nchw": 0, "nhwc": 1, "nd": 2, "hwcn": 16, "ndhwc": 27, "ncdhw": 30}
 # GE's serialized DataType names, accepted as "data_type" attribute values
 DT_NAMES = {f"DT_{k.upper()}": v[0] for k, v in DTYPES.items() if k not in ("half", "fp16", "float32")}
 ACL_CODES = {code: name for name, code in DTYPES.values()}
-
-# CANN op types / attribute names whose ONNX-named card kernel is spelled otherwise (acl/_op.py maps the same)
-OP_ALIASES = {"RealDiv": "Div"}
-ATTR_ALIASES = {"Cast": {"dst_type": "to"}}
 
 ATTR_TYPES = {"bool": bool, "int": int, "float": (int, float), "string": str, "list_bool": bool, "list_int": int,
               "list_float": (int, float), "list_string": str, "list_list_int": "list_list_int",
@@ -113,9 +110,12 @@ def build_op(index: int, entry) -> tuple[str, ModelDef]:
     op = entry["op"]
     ins = [_desc(op, "input", i, d) for i, d in enumerate(entry.get("input_desc") or [])]
     outs = [_desc(op, "output", i, d) for i, d in enumerate(entry.get("output_desc") or [])]
-    renames = ATTR_ALIASES.get(op, {})
-    attrs = {renames.get(k, k): v for k, v in (_attr(op, a) for a in entry.get("attr") or [])}
-    kernel = OP_ALIASES.get(op, op)
+    attrs = dict(_attr(op, a) for a in entry.get("attr") or [])
+    try:
+        kernel, attrs = cann.to_kernel(op, attrs, len(ins))
+    except AclError as exc:
+        raise AtcError("E10055", f"The operation is not supported. Reason: Op [{op}] (index {index}): "
+                                 f"{exc.message}.") from None
     if kernel not in REGISTRY:
         raise AtcError("E10501", f"IR for Op [{op}] with optype [{op}] is not registered.")
     g = GraphBuilder(file_name(index, op, ins + outs)[:-3])
