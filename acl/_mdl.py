@@ -157,7 +157,7 @@ def get_input_dims(model_desc, index):
 @values("mdl.get_output_dims", {})
 def get_output_dims(model_desc, index):
     item = _desc(model_desc, "mdl.get_output_dims").item("output", index, "mdl.get_output_dims")
-    return _dims(item, item["dims"])
+    return _dims(item, item.get("max_dims", item["dims"]))      # CANN: the largest gear's dims
 
 
 @values("mdl.get_cur_output_dims", {})

@@ -38,14 +38,16 @@ def _largest_shapes(model: fmt.ModelDef) -> list:
 def describe(model: fmt.ModelDef, capacity: int | None = None) -> dict:
     """The msgpack-able description the host's ``get_desc`` serves.
 
-    ``dims`` are the declared dims (-1 for dynamic ones); ``size`` is what the host must allocate, as
-    CANN's desc reports it: the size at the largest gear (batch, image size or dims) for a model with
-    gears, 0 when a -1 dim has no gear to bound it. With ``capacity`` (the card's HBM bytes), a model
+    ``dims`` are the declared dims (-1 for dynamic ones), an output's ``max_dims`` its dims at the largest gear
+    (what CANN's aclmdlGetOutputDims reports); ``size`` is what the host must allocate, as CANN's desc reports
+    it: the size at the largest gear (batch, image size or dims) for a model with gears, 0 when a -1 dim has no
+    gear to bound it (an output whose shape does not depend on such a dim has its size). With ``capacity`` (the card's HBM bytes), a model
     whose inputs, outputs or intermediates at any gear cannot fit the card is refused here, before any
     size reaches the wire.
     """
     declared = [v.shape for v in model.inputs]
     sizes = {v.name: 0 for v in (*model.inputs, *model.outputs)}
+    largest, largest_elems = {}, -1     # output dims at the largest gear (the most input elements)
     for in_shapes in _largest_shapes(model):
         try:  # unbounded dims: the symbolic shapes (-1 counts as 1 in the capacity check)
             if model.specs is not None and in_shapes in (None, declared):
@@ -61,10 +63,22 @@ def describe(model: fmt.ModelDef, capacity: int | None = None) -> dict:
         if in_shapes is not None:
             for v in (*model.inputs, *model.outputs):
                 sizes[v.name] = max(sizes[v.name], math.prod(specs[v.name].shape) * v.dtype.itemsize)
+            elems = sum(math.prod(shape) for shape in in_shapes)
+            if elems > largest_elems:
+                largest_elems = elems
+                largest = {v.name: list(specs[v.name].shape) for v in model.outputs}
+        else:                           # unbounded inputs: an output whose shape does not depend on them has a size
+            for v in model.outputs:
+                shape = specs[v.name].shape
+                if all(d >= 0 for d in shape):
+                    sizes[v.name] = math.prod(shape) * v.dtype.itemsize
+    outputs = [_io_desc(v, sizes[v.name]) for v in model.outputs]
+    for item in outputs:                # CANN's aclmdlGetOutputDims: the largest gear's dims
+        item["max_dims"] = largest.get(item["name"], item["dims"])
     return {
         "name": model.name,
         "inputs": [_io_desc(v, sizes[v.name]) for v in model.inputs],
-        "outputs": [_io_desc(v, sizes[v.name]) for v in model.outputs],
+        "outputs": outputs,
         "batch_sizes": list(model.batch_sizes),
         "weight_bytes": model.weight_bytes,
     }

@@ -20,7 +20,7 @@ class ModelDesc:
         self.inputs = desc["inputs"]
         self.outputs = desc["outputs"]
         self.batch_sizes = list(desc.get("batch_sizes", []))
-        self.cur_output_dims = [list(o["dims"]) for o in self.outputs]
+        self.cur_output_dims = [list(o.get("max_dims", o["dims"])) for o in self.outputs]   # CANN: the largest gear
 
     def __repr__(self) -> str:
         return f"ModelDesc(id={self.model_id}, name={self.name!r}, inputs={len(self.inputs)}, outputs={len(self.outputs)})"
@@ -75,9 +75,10 @@ def get_input_dims(desc: ModelDesc, i: int) -> dict:
 
 
 def get_output_dims(desc: ModelDesc, i: int) -> dict:
-    """``{"name", "dimCount", "dims"}`` of output ``i``; dynamic dims are -1."""
+    """``{"name", "dimCount", "dims"}`` of output ``i``: for a model with gears its dims at the largest gear (as
+    CANN's aclmdlGetOutputDims), else as declared (dynamic dims -1)."""
     item = _io(desc, i, "output", "get_output_dims")
-    return _dims(item, item["dims"])
+    return _dims(item, item.get("max_dims", item["dims"]))
 
 
 def get_cur_output_dims(desc: ModelDesc, i: int) -> dict:

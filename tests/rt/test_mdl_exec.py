@@ -284,7 +284,10 @@ def test_api_scenario(runtime, tmp_path):
     assert api.get_input_size_by_index(desc, 0) == 8 * 64 * 4
     assert api.get_output_size_by_index(desc, 0) == 8 * 10 * 4
     assert api.get_input_dims(desc, 0) == {"name": "x", "dimCount": 2, "dims": [-1, 64]}
-    assert api.get_output_dims(desc, 0) == {"name": "probs", "dimCount": 2, "dims": [-1, 10]}
+    # a gear model's output dims are its largest gear's (CANN's aclmdlGetOutputDims), and so are the current
+    # ones before any execution (aclmdlGetCurOutputDims)
+    assert api.get_output_dims(desc, 0) == {"name": "probs", "dimCount": 2, "dims": [8, 10]}
+    assert api.get_cur_output_dims(desc, 0)["dims"] == [8, 10]
     assert api.get_input_data_type(desc, 0) == 0 and api.get_output_data_type(desc, 0) == 0
     assert api.get_input_name_by_index(desc, 0) == "x" and api.get_output_name_by_index(desc, 0) == "probs"
     assert api.get_input_index_by_name(desc, "x") == 0
@@ -351,3 +354,17 @@ def test_api_dynamic_dims(runtime):
     api.execute(model_id, ins, outs)
     np.testing.assert_array_equal(mem.typed_view(out, (2, 3), np.float32), np.maximum(x, 0))
     assert api.get_cur_output_dims(api.get_desc(model_id), 0)["dims"] == [2, 3]
+
+
+def test_an_unbounded_models_outputs_that_do_not_depend_on_the_dynamic_dim_have_a_size():
+    """A dynamic-shape model (a -1 dim, no gears): an output whose shape is fixed whatever the input ([1, 8]
+    here) reports its size, one that follows the input reports 0 (the program allocates per execution)."""
+    from rt.card.models import describe
+    from rt.mdl import GraphBuilder
+    from rt.mdl import format as fmt
+    g = GraphBuilder("dyn")
+    x = g.input("x", "float32", (-1, 8))
+    g.output("s", g.op("ReduceSum", [x], axes=[0], keepdims=1))
+    g.output("r", g.op("Relu", [x]))
+    outputs = describe(fmt.parse(g.serialize()))["outputs"]
+    assert [(o["dims"], o["size"], o["max_dims"]) for o in outputs] == [([1, 8], 32, [1, 8]), ([-1, 8], 0, [-1, 8])]
