@@ -58,6 +58,25 @@ def _prepared_inputs(model_id, ds, call: str, stream):
     return real, scratch
 
 
+def _system_outputs(model_id, real, output, call: str) -> None:
+    """Outputs "allocated by the system" (CANN's first way for a dynamic-shape output, whose size the desc gives as
+    0): an output buffer created with ``create_data_buffer(0, 0)`` gets device memory of what this execution
+    writes there. The program reads it (``get_data_buffer_addr`` / ``get_data_buffer_size_v2``) and frees it
+    with ``acl.rt.free``, as on CANN."""
+    empty = [i for i, buf in enumerate(output.buffers) if buf.ptr == 0 and buf.size == 0]
+    if not empty:
+        return
+    shapes = mdl.output_shapes(model_id, real)
+    if len(shapes) != len(output.buffers):
+        return                                  # execute refuses the dataset, naming the counts
+    for i in empty:
+        shape, dtype = shapes[i]
+        need = dtype.itemsize
+        for d in shape:
+            need *= d
+        output.buffers[i].ptr, output.buffers[i].size = rt.malloc(max(need, 1)), need
+
+
 def _free_after(scratch, stream) -> None:
     """Free the scratch buffers once the stream has run the execution (a callback: freed in stream order)."""
     if scratch:
@@ -74,8 +93,10 @@ def _record(model_id, output) -> None:
 def execute(model_id, input, output):
     ds = _dataset(input, "mdl.execute")
     real, scratch = _prepared_inputs(model_id, ds, "mdl.execute", None)
+    out = _dataset(output, "mdl.execute")
+    _system_outputs(model_id, real, out, "mdl.execute")
     try:
-        mdl.execute(model_id, real, _dataset(output, "mdl.execute"))
+        mdl.execute(model_id, real, out)
     finally:
         _free_after(scratch, None)
     _record(model_id, output)
@@ -86,8 +107,10 @@ def execute_async(model_id, input, output, stream):
     ds = _dataset(input, "mdl.execute_async")
     st = stream_of(stream, "mdl.execute_async")
     real, scratch = _prepared_inputs(model_id, ds, "mdl.execute_async", st)
+    out = _dataset(output, "mdl.execute_async")
+    _system_outputs(model_id, real, out, "mdl.execute_async")
     try:
-        mdl.execute_async(model_id, real, _dataset(output, "mdl.execute_async"), st)
+        mdl.execute_async(model_id, real, out, st)
     finally:
         _free_after(scratch, st)
     _record(model_id, output)

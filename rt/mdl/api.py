@@ -208,6 +208,15 @@ def _prepare(model_id, inputs, outputs, what: str):
     return m, ins, outs, dynamic
 
 
+def output_shapes(model_id: int, inputs: Dataset) -> list[tuple[tuple[int, ...], object]]:
+    """(shape, numpy dtype) of each output an execution with ``inputs`` (its batch, dims and tensor descs)
+    produces: what a caller allocates for outputs whose size the model desc cannot say (a dynamic shape)."""
+    m = _model(model_id, "output_shapes")
+    _check_dataset(inputs, "output_shapes")
+    in_shapes = resolve_input_shapes(m.shapes, inputs.batch, inputs.dims)
+    return [(tuple(s.shape), s.dtype) for s in output_specs(m.shapes, in_shapes)]
+
+
 def _submit(m: _HostModel, stream, ins, outs, dynamic, what: str):
     """Enqueue ``model_execute`` on the stream's card; returns the resolved stream."""
     st = _runtime().stream_handle(stream, what)  # None -> the current context's default stream
@@ -247,5 +256,6 @@ __all__ = [
     "get_num_inputs",
     "get_num_outputs", "get_output_data_type", "get_output_dims", "get_output_format",
     "get_output_index_by_name", "get_output_name_by_index", "get_output_size_by_index", "load_from_file",
-    "load_from_mem", "set_dynamic_batch_size", "set_input_dynamic_dims", "unload", "update_data_buffer",
+    "load_from_mem", "output_shapes", "set_dynamic_batch_size", "set_input_dynamic_dims", "unload",
+    "update_data_buffer",
 ]

@@ -72,3 +72,37 @@ def test_dynamic_shape_model_through_dataset_tensor_descs(acl0, tmp_path):
     assert acl.mdl.destroy_dataset(ins) == 0
     assert acl.rt.free(in_ptr) == 0 and acl.rt.free(out_ptr) == 0
     assert acl.mdl.destroy_desc(desc) == 0 and acl.mdl.unload(model_id) == 0
+
+
+def test_dynamic_shape_output_allocated_by_the_system(acl0, tmp_path):
+    """CANN's first way for an output whose size the desc gives as 0: ``create_data_buffer(0, 0)``; the execution
+    allocates what it writes, the program reads it through the buffer and frees it with acl.rt.free."""
+    acl = acl0
+    _relu_model(tmp_path / "dyn.om")
+    model_id, ret = acl.mdl.load_from_file(str(tmp_path / "dyn.om"))
+    desc = acl.mdl.create_desc()
+    assert ret == 0 and acl.mdl.get_desc(desc, model_id) == 0
+    assert acl.mdl.get_output_size_by_index(desc, 0) == 0
+    for rows in (3, 5):
+        x = np.random.default_rng(rows).standard_normal((rows, 4)).astype(np.float32)
+        ins, in_ptr, _ = _dataset(acl, x.nbytes)
+        assert acl.rt.memcpy(in_ptr, x.nbytes, x.ctypes.data, x.nbytes, 1) == 0
+        real = acl.create_tensor_desc(ACL_FLOAT, [rows, 4], ACL_FORMAT_ND)
+        assert acl.mdl.set_dataset_tensor_desc(ins, real, 0)[1] == 0
+        outs = acl.mdl.create_dataset()
+        buf = acl.create_data_buffer(0, 0)
+        assert acl.mdl.add_dataset_buffer(outs, buf)[1] == 0
+        assert acl.mdl.execute(model_id, ins, outs) == 0
+        addr, size = acl.get_data_buffer_addr(buf), acl.get_data_buffer_size_v2(buf)
+        assert addr != 0 and size == x.nbytes
+        got = np.zeros_like(x)
+        assert acl.rt.memcpy(got.ctypes.data, size, addr, size, 2) == 0
+        np.testing.assert_array_equal(got, np.maximum(x, 0))
+        assert acl.rt.free(addr) == 0 and acl.update_data_buffer(buf, 0, 0) == 0
+        assert acl.rt.free(in_ptr) == 0
+        for ds in (ins, outs):
+            for i in range(acl.mdl.get_dataset_num_buffers(ds)):
+                assert acl.destroy_data_buffer(acl.mdl.get_dataset_buffer(ds, i)) == 0
+            assert acl.mdl.destroy_dataset(ds) == 0
+        acl.destroy_tensor_desc(real)
+    assert acl.mdl.unload(model_id) == 0
