@@ -19,7 +19,7 @@ from rt.diag import slog
 from rt.errors import AclError
 from rt.host.runtime import RUNTIME
 
-from ._core import code, log, report, stream_of, strict
+from ._core import code, log, report, stream_of
 
 _DEFAULT_EXEC_TIMEOUT = 1836.0
 
@@ -43,7 +43,7 @@ class _Subscriptions:
         st = self.key(st)
         with self.lock:
             if self.thread_of.get(st) is not None:
-                raise AclError(E.ACL_ERROR_REPEAT_SUBSCRIBE, f"{call}: the stream is already subscribed by thread "
+                raise AclError(E.ACL_ERROR_RT_STREAM_SUBSCRIBE, f"{call}: the stream is already subscribed by thread "
                                                              f"{self.thread_of[st]}")
             self.thread_of[st] = tid
             self.queues.setdefault(tid, queue.SimpleQueue())
@@ -52,7 +52,7 @@ class _Subscriptions:
         st = self.key(st)
         with self.lock:
             if self.thread_of.get(st) != tid:
-                raise AclError(E.ACL_ERROR_STREAM_NOT_SUBSCRIBE, f"{call}: thread {tid} is not subscribed to the stream")
+                raise AclError(E.ACL_ERROR_RT_STREAM_SUBSCRIBE, f"{call}: thread {tid} is not subscribed to the stream")
             del self.thread_of[st]
 
     def adopt(self, tid: int) -> None:
@@ -71,7 +71,7 @@ class _Subscriptions:
         with self.lock:
             q = self.queues.get(threading.get_native_id())
         if q is None:
-            raise AclError(E.ACL_ERROR_THREAD_NOT_SUBSCRIBE, f"{call}: thread {threading.get_native_id()} is "
+            raise AclError(E.ACL_ERROR_RT_THREAD_SUBSCRIBE, f"{call}: thread {threading.get_native_id()} is "
                                                              f"subscribed to no stream (acl.rt.subscribe_report)")
         return q
 
@@ -98,14 +98,15 @@ def unsubscribe_report(thread_id, stream):
 
 def process_report(timeout):
     """Run the callbacks due on the streams this thread subscribed to; wait up to ``timeout`` ms (-1: for ever)
-    for the first one. Returns 0, or ACL_ERROR_WAIT_CALLBACK_TIMEOUT when none came (routine in a program's
-    polling loop: not logged). A callback that raises is reported with its traceback (logger npusim.acl and
+    for the first one. Returns 0, or ACL_ERROR_RT_REPORT_TIMEOUT (507012) when none came (routine in a program's
+    polling loop: not logged); a thread subscribed to nothing gets ACL_ERROR_RT_THREAD_SUBSCRIBE (107012). These
+    are the codes CANN's runtime returns (its docs deprecate 100036 and 100035 for them). A callback that raises is reported with its traceback (logger npusim.acl and
     get_recent_err_msg) and the others still run: the stream does not fail for it, as on CANN."""
     try:
         q = _report_queue(timeout)
         item = q.get(timeout=None if timeout == -1 else timeout / 1000)
     except queue.Empty:
-        return int(E.ACL_ERROR_WAIT_CALLBACK_TIMEOUT)
+        return int(E.ACL_ERROR_RT_REPORT_TIMEOUT)
     except Exception as e:  # noqa: BLE001 - pyACL returns codes
         return report("rt.process_report", e)
     while item is not None:
@@ -118,9 +119,9 @@ def process_report(timeout):
 
 
 def _report_queue(timeout):
-    if not args.is_int(timeout) or not -1 <= timeout < 1 << 31:       # aclrtProcessReport's int32 timeout
+    if not args.is_int(timeout) or not (timeout == -1 or 0 < timeout < 1 << 31):    # CANN: -1 or > 0 (int32)
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"rt.process_report: timeout {args.shown(timeout)} must be -1 or "
-                                                  f"a number of milliseconds below 2**31")
+                                                  f"a number of milliseconds from 1 to 2**31 - 1")
     return SUBSCRIPTIONS.my_queue("rt.process_report")
 
 
@@ -140,18 +141,15 @@ def _run(item) -> None:
 @code("rt.launch_callback")
 def launch_callback(fn, user_data, block_type, stream):
     """``fn(user_data)`` once the stream's prior work is done, on the thread subscribed to the stream (pyACL);
-    a stream nobody subscribed to runs it on a thread of npusim's (NPUSIM_ACL_STRICT=1: refused, 100034)."""
+    a stream nobody subscribed to is ACL_ERROR_RT_STREAM_NO_CB_REG (107015), as CANN's runtime refuses it."""
     if not callable(fn):
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"rt.launch_callback: fn {args.shown(fn)} is not callable")
     block = args.flag(block_type, "rt.launch_callback", "block_type")
     st = stream_of(stream, "rt.launch_callback")
     tid, q = SUBSCRIPTIONS.queue_for(st)
     if q is None:
-        if strict():
-            raise AclError(E.ACL_ERROR_STREAM_NOT_SUBSCRIBE, "rt.launch_callback: no thread subscribed to the stream "
-                                                             "(acl.rt.subscribe_report)")
-        rt.launch_callback(fn, user_data, block, st)
-        return
+        raise AclError(E.ACL_ERROR_RT_STREAM_NO_CB_REG, "rt.launch_callback: no thread subscribed to the stream: "
+                                                        "call acl.rt.subscribe_report(thread_id, stream) first")
     timeout = float(RUNTIME.cfg.exec_timeout) if RUNTIME.cfg else _DEFAULT_EXEC_TIMEOUT
 
     def due(_):
@@ -169,9 +167,9 @@ def _await_thread(done: threading.Event, tid: int, timeout: float) -> None:
     while not done.wait(min(1.0, timeout - waited)):
         waited += 1.0
         if not any(t.native_id == tid for t in threading.enumerate()):
-            raise AclError(E.ACL_ERROR_WAIT_CALLBACK_TIMEOUT, f"rt.launch_callback: thread {tid}, subscribed to the "
-                                                              f"stream, ended without running the blocking callback")
+            raise AclError(E.ACL_ERROR_RT_REPORT_TIMEOUT, f"rt.launch_callback: thread {tid}, subscribed to the "
+                                                          f"stream, ended without running the blocking callback")
         if waited >= timeout:
-            raise AclError(E.ACL_ERROR_WAIT_CALLBACK_TIMEOUT, f"rt.launch_callback: thread {tid}, subscribed to the "
-                                                              f"stream, did not call process_report within "
-                                                              f"{timeout:g} s to run the blocking callback")
+            raise AclError(E.ACL_ERROR_RT_REPORT_TIMEOUT, f"rt.launch_callback: thread {tid}, subscribed to the "
+                                                          f"stream, did not call process_report within "
+                                                          f"{timeout:g} s to run the blocking callback")

@@ -39,7 +39,7 @@ _log_lock = threading.Lock()
 
 
 def strict() -> bool:
-    """``NPUSIM_ACL_STRICT=1``: CANN's leniencies (advisory memcpy kind, callbacks without a subscription)
+    """``NPUSIM_ACL_STRICT=1``: CANN's leniency (the advisory memcpy kind)
     become errors."""
     return os.environ.get("NPUSIM_ACL_STRICT", "0").lower() in ("1", "true", "yes", "on")
 

@@ -19,7 +19,7 @@ from rt import args
 from rt.addresses import decode_addr
 from rt.config import load_config
 from rt.constants import AclErrorCode as E
-from rt.constants import EventRecordedStatus, MemAttr, MemcpyKind, RunMode
+from rt.constants import EventRecordedStatus, MemAttr, MemcpyKind, MemMallocPolicy, RunMode
 from rt.errors import AclError
 from rt.host.copies import KIND_OF_SIDES, given_kind, kind_fits
 from rt.host.runtime import RUNTIME, parse_visible
@@ -224,9 +224,15 @@ def event_elapsed_time(start, end):
 
 
 # ============================================================================ memory
+def _policy(policy, call: str) -> int:
+    """aclrtMemMallocPolicy: a value CANN does not know gets its default flags (aclMallocMemInner), not an error."""
+    policy = args.integer(policy, call, "policy", hi=(1 << 32) - 1)
+    return policy if policy in MemMallocPolicy._value2member_map_ else 0
+
+
 @values("rt.malloc", 0)
 def malloc(size, policy=0):
-    return rt.malloc(size, policy)
+    return rt.malloc(size, _policy(policy, "rt.malloc"))
 
 
 malloc_cached = malloc
@@ -234,11 +240,18 @@ malloc_cached = malloc
 
 @values("rt.malloc_align32", 0)
 def malloc_align32(size, policy=0):
-    return rt.malloc(size, policy)
+    return rt.malloc(size, _policy(policy, "rt.malloc_align32"))
+
+
+def _not_null(ptr, call: str, arg: str) -> None:
+    """CANN checks a pointer argument first (ACL_REQUIRES_NOT_NULL): a null one is ACL_ERROR_INVALID_PARAM."""
+    if args.is_int(ptr) and int(ptr) == 0:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {arg} is a null pointer")
 
 
 @code("rt.free")
 def free(dev_ptr):
+    _not_null(dev_ptr, "rt.free", "dev_ptr")
     rt.free(dev_ptr)
 
 
@@ -252,6 +265,7 @@ def malloc_host(size):
 def free_host(host_ptr):
     if not args.is_int(host_ptr):
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"rt.free_host: {args.shown(host_ptr)} is not a host address")
+    _not_null(host_ptr, "rt.free_host", "host_ptr")
     rt.free_host(REGIONS.remove_pinned(int(host_ptr), "rt.free_host"))
 
 
@@ -277,8 +291,10 @@ def _copy_args(call, dst, dest_max, src, count, kind):
     if not args.is_int(count) or not args.is_int(dest_max) or count < 0 or dest_max < 0:
         raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: count {args.shown(count)} and dest_max "
                                                   f"{args.shown(dest_max)} must be non-negative ints")
-    if count > dest_max:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: count {count} exceeds dest_max {dest_max}")
+    _not_null(dst, call, "dst")
+    _not_null(src, call, "src")
+    if count > dest_max:            # the runtime's check (rtMemcpy), not the ACL layer's: an RT code
+        raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: count {count} exceeds dest_max {dest_max}")
     dst_dev, d = _address(dst, call, "dst")
     src_dev, s = _address(src, call, "src")
     actual = KIND_OF_SIDES[(src_dev, dst_dev)]
@@ -321,18 +337,25 @@ def _fill(call, dev_ptr, max_count, value, count):
     for name, v in (("max_count", max_count), ("count", count)):
         if not args.is_int(v) or v < 0:
             raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: {name} must be a non-negative int, got {args.shown(v)}")
-    if count > max_count:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: count {count} exceeds max_count {max_count}")
-    if not args.is_int(value) or not 0 <= value <= 255:
-        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: value must be a byte (0..255), got {args.shown(value)}")
+    _not_null(dev_ptr, call, "dev_ptr")
+    if count > max_count:           # the runtime's check (rtMemset): an RT code
+        raise AclError(E.ACL_ERROR_RT_PARAM_INVALID, f"{call}: count {count} exceeds max_count {max_count}")
+    if not args.is_int(value) or not -(1 << 31) <= value < 1 << 32:
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: value must be a C int32, got {args.shown(value)}")
     is_dev, side = _side(dev_ptr, count, call, "dev_ptr")
     return (side, None) if is_dev else (None, side)
+
+
+def _byte(value) -> int:
+    """The byte a memset writes: CANN passes the int32 value on and fills with its low byte."""
+    return int(value) & 0xFF
 
 
 @code("rt.memset")
 def memset(dev_ptr, max_count, value, count):
     """Device or host memory: the address decides (CANN: "host or device memory")."""
     dev, host = _fill("rt.memset", dev_ptr, max_count, value, count)
+    value = _byte(value)
     if dev is not None:
         rt.memset(dev, max_count, value, count)
     else:
@@ -342,6 +365,7 @@ def memset(dev_ptr, max_count, value, count):
 @code("rt.memset_async")
 def memset_async(dev_ptr, max_count, value, count, stream):
     dev, host = _fill("rt.memset_async", dev_ptr, max_count, value, count)
+    value = _byte(value)
     st = stream_of(stream, "rt.memset_async")
     if dev is not None:
         rt.memset_async(dev, max_count, value, count, st)

@@ -185,7 +185,7 @@ def test_callbacks_run_on_the_subscribed_thread_in_stream_order(acl0):
 
     tid, ret = acl.util.start_thread(loop, [ctx])
     assert ret == 0 and acl.rt.subscribe_report(tid, stream) == 0
-    assert acl.rt.subscribe_report(tid, stream) == 100033                # already subscribed
+    assert acl.rt.subscribe_report(tid, stream) == 107011                # already subscribed
     host, _ = acl.rt.malloc_host(4)
     for i in range(5):
         assert acl.rt.memset_async(host, 4, i, 4, stream) == 0
@@ -196,21 +196,21 @@ def test_callbacks_run_on_the_subscribed_thread_in_stream_order(acl0):
     assert [(v, b) for v, b, _ in seen] == [(i, i) for i in range(5)]
     assert {t for _, _, t in seen} == {tid}
     assert acl.rt.unsubscribe_report(tid, stream) == 0
-    assert acl.rt.unsubscribe_report(tid, stream) == 100034
+    assert acl.rt.unsubscribe_report(tid, stream) == 107011
     stop.set()
     assert acl.util.stop_thread(tid) == 0 and acl.util.stop_thread(tid) == 100000
     assert acl.rt.free_host(host) == 0 and acl.rt.destroy_stream(stream) == 0
 
 
 def test_process_report_codes(acl0, caplog):
-    assert acl.rt.process_report(10) == 100035                          # this thread subscribed to nothing
+    assert acl.rt.process_report(10) == 107012                          # this thread subscribed to nothing
     assert "subscribe_report" in acl.get_recent_err_msg()
     stream, _ = acl.rt.create_stream()
     me = threading.get_native_id()
     assert acl.rt.subscribe_report(me, stream) == 0
     caplog.clear()
     with caplog.at_level(logging.ERROR, logger="npusim.acl"):
-        assert acl.rt.process_report(10) == 100036                      # nothing due: a timeout, not logged
+        assert acl.rt.process_report(10) == 507012                      # nothing due: a timeout, not logged
     assert not caplog.records
     assert acl.rt.launch_callback(lambda _: 1 / 0, None, 0, stream) == 0   # non-blocking, raises when run
     assert acl.rt.synchronize_stream(stream) == 0
@@ -218,14 +218,16 @@ def test_process_report_codes(acl0, caplog):
         assert acl.rt.process_report(1000) == 0                         # the callback raised: reported, not fatal
     assert "raised ZeroDivisionError" in acl.get_recent_err_msg()
     assert any(r.exc_info for r in caplog.records)
-    assert acl.rt.process_report("soon") == 100000
+    assert acl.rt.process_report("soon") == 100000 and acl.rt.process_report(0) == 100000    # CANN: -1 or > 0
     assert acl.rt.unsubscribe_report(me, stream) == 0 and acl.rt.destroy_stream(stream) == 0
 
 
-def test_unsubscribed_streams_still_run_callbacks(acl0):
+def test_a_callback_on_a_stream_nobody_subscribed_to_is_refused(acl0):
+    """CANN's runtime refuses it (RT_ERROR_STREAM_NO_CB_REG): ACL_ERROR_RT_STREAM_NO_CB_REG, and nothing runs."""
     ran = threading.Event()
-    assert acl.rt.launch_callback(lambda _: ran.set(), None, 1, 0) == 0
-    assert acl.rt.synchronize_stream(0) == 0 and ran.is_set()
+    assert acl.rt.launch_callback(lambda _: ran.set(), None, 1, 0) == 107015
+    assert "subscribe_report" in acl.get_recent_err_msg()
+    assert acl.rt.synchronize_stream(0) == 0 and not ran.is_set()
 
 
 def test_a_blocking_callback_for_a_thread_that_ended_fails_the_stream_instead_of_hanging(acl0):
@@ -233,7 +235,7 @@ def test_a_blocking_callback_for_a_thread_that_ended_fails_the_stream_instead_of
     tid, ret = acl.util.start_thread(lambda _: None, None)              # ends at once, never reports
     assert acl.util.stop_thread(tid) == 0 and acl.rt.subscribe_report(tid, stream) == 0
     assert acl.rt.launch_callback(lambda _: None, None, 1, stream) == 0
-    assert acl.rt.synchronize_stream(stream) == 100036
+    assert acl.rt.synchronize_stream(stream) == 507012
     assert f"thread {tid}, subscribed to the stream, ended" in acl.get_recent_err_msg()
     assert acl.rt.unsubscribe_report(tid, stream) == 0
 
@@ -246,6 +248,35 @@ def test_a_default_stream_subscription_is_the_contexts_not_every_later_ones(acl0
     ctx, ret = acl.rt.create_context(0)                    # another context: its default stream is not subscribed
     assert ret == 0 and acl.rt.set_context(ctx) == 0
     ran = threading.Event()
-    assert acl.rt.launch_callback(lambda _: ran.set(), None, 1, 0) == 0
-    assert acl.rt.synchronize_stream(0) == 0 and ran.is_set()
+    assert acl.rt.launch_callback(lambda _: ran.set(), None, 1, 0) == 107015     # not the dead thread's stream
+    assert acl.rt.synchronize_stream(0) == 0 and not ran.is_set()
+    me = threading.get_native_id()
+    assert acl.rt.subscribe_report(me, 0) == 0                                   # this context's default stream
+    assert acl.rt.launch_callback(lambda _: ran.set(), None, 0, 0) == 0
+    assert acl.rt.synchronize_stream(0) == 0 and acl.rt.process_report(1000) == 0 and ran.is_set()
+    assert acl.rt.unsubscribe_report(me, 0) == 0
     assert acl.rt.destroy_context(ctx) == 0
+
+
+def test_memory_codes_follow_canns_runtime(acl0):
+    """As CANN's aclrt*Impl functions check: a null pointer is ACL_ERROR_INVALID_PARAM (checked first); a count
+    past dest_max / max_count is the runtime's ACL_ERROR_RT_PARAM_INVALID; memset's value is a C int32 whose low
+    byte fills; an unknown malloc policy takes the default; aclrtMemAttr runs to ACL_MEM_P2P_HUGE1G (17)."""
+    ptr, ret = acl.rt.malloc(64, 77)
+    assert ret == 0 and ptr
+    assert acl.rt.free(0) == 100000 and acl.rt.free_host(0) == 100000
+    assert acl.rt.memcpy(0, 64, ptr, 64, 3) == 100000 and acl.rt.memcpy(ptr, 64, 0, 0, 3) == 100000
+    assert acl.rt.memset(0, 0, 0, 0) == 100000
+    host = bytearray(64)
+    hptr = acl.util.bytes_to_ptr(host)
+    assert acl.rt.memcpy(ptr, 32, hptr, 64, 1) == 107000
+    assert acl.rt.memset(ptr, 32, 0, 64) == 107000
+    for value, byte in ((-1, 0xFF), (0x101, 0x01), (7, 7)):
+        assert acl.rt.memset(ptr, 64, value, 64) == 0
+        assert acl.rt.memcpy(hptr, 64, ptr, 64, 2) == 0 and set(host) == {byte}
+    assert acl.rt.memset(ptr, 64, 1 << 40, 64) == 100000              # not a C int32
+    for attr in range(18):
+        free_, total, ret = acl.rt.get_mem_info(attr)
+        assert ret == 0 and 0 < free_ <= total, attr
+    assert acl.rt.get_mem_info(18)[2] == 100000
+    assert acl.rt.free(ptr) == 0

@@ -81,7 +81,7 @@ def test_strict_mode_refuses_a_wrong_memcpy_kind(tmp_path):
         "print('ret', ret)\n"
         "assert ret == 100000, ret\n"
         "assert 'NPUSIM_ACL_STRICT' in acl.get_recent_err_msg()\n"
-        "assert acl.rt.launch_callback(print, 1, 1, 0) == 100034   # no thread subscribed to the stream\n")
+        "assert acl.rt.launch_callback(print, 1, 1, 0) == 107015   # no thread subscribed to the stream\n")
     env = dict(os.environ, NPUSIM_BACKEND="local", NPUSIM_ACL_STRICT="1")
     done = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode == 0, done.stderr

@@ -31,6 +31,7 @@ VALID = {
     ("rt.launch_callback", "user_data"): set(BAD), ("util.start_thread", "args_list"): set(BAD),
     ("rt.synchronize_stream_with_timeout", "timeout"): {"neg"},          # -1: wait without a limit
     ("rt.process_report", "timeout"): {"neg"},
+    ("rt.memset", "value"): {"neg"}, ("rt.memset_async", "value"): {"neg"},   # an int32: -1 fills 0xff bytes
     ("float_to_float16", "value"): {"neg", "float", "nan"},                # any float has an fp16 pattern
     ("mdl.get_input_index_by_name", "name"): {"str"},                     # "x" is the model's input
     ("create_tensor_desc", "data_type"): {"neg"}, ("create_tensor_desc", "format"): {"neg"},  # -1: undefined
