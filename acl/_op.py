@@ -32,7 +32,7 @@ from rt.host.tensor import Tensor, launch_kernel
 from rt.kernels import cann, registry
 from rt.mdl import format as fmt
 
-from ._core import code, stream_of
+from ._core import HANDLES, code, plain, stream_of, values
 from ._hostptr import REGIONS
 from ._mdl import _buffer
 from ._op_attr import OpAttr, attr_of
@@ -259,13 +259,7 @@ def _execute(call, op_type, input_desc, inputs, output_desc, outputs, attr, stre
     in_descs, in_bufs = _present(in_descs, in_bufs, call)
     kernel, kernel_attrs = _kernel(call, op_type, attrs, len(in_descs))
     if OP_MODELS.find(kernel, in_descs, out_descs, _normal(kernel_attrs)) is None:
-        shown = ", ".join(d.describe() for d in in_descs)
-        raise AclError(E.ACL_ERROR_OP_NOT_FOUND,
-                       f"{call}: [Match][OpModel]MatchOpModel opName = {op_type} fail from static map or dynamic map. "
-                       f"Please make sure the op executed and the op compiled is matched, you can check the op type, "
-                       f"op inputs number, outputs number, input format, origin format, datatype, memtype, attr, dim "
-                       f"range, and so on. (inputs: {shown}; attrs: {attrs}; {len(OP_MODELS)} op models loaded: "
-                       f"acl.op.set_model_dir / acl.op.load)")
+        raise _not_matched(call, op_type, in_descs, attrs)
     _run(call, op_type, in_descs, in_bufs, out_descs, out_bufs, attrs, stream)
 
 
@@ -279,6 +273,65 @@ def execute_v2(op_type, input_desc, inputs, output_desc, outputs, attr, stream):
 def execute(op_type, input_desc, inputs, output_desc, outputs, attr, stream):
     """Deprecated in pyACL in favour of execute_v2; the same here."""
     _execute("op.execute", op_type, input_desc, inputs, output_desc, outputs, attr, stream)
+
+
+OP_HANDLE = "op handle"
+
+
+class OpHandle:
+    """What ``create_handle`` fixed: the operator, its descs and attributes, matched against the loaded op models
+    once (CANN's aclopHandle); ``execute_with_handle`` gives only the buffers and the stream."""
+
+    def __init__(self, op_type: str, in_descs: list, out_descs: list, attrs: dict):
+        self.op_type, self.in_descs, self.out_descs, self.attrs = op_type, in_descs, out_descs, attrs
+
+
+def _not_matched(call, op_type, in_descs, attrs) -> AclError:
+    shown = ", ".join(d.describe() for d in in_descs)
+    return AclError(E.ACL_ERROR_OP_NOT_FOUND,
+                    f"{call}: [Match][OpModel]MatchOpModel opName = {op_type} fail from static map or dynamic map. "
+                    f"Please make sure the op executed and the op compiled is matched, you can check the op type, "
+                    f"op inputs number, outputs number, input format, origin format, datatype, memtype, attr, dim "
+                    f"range, and so on. (inputs: {shown}; attrs: {attrs}; {len(OP_MODELS)} op models loaded: "
+                    f"acl.op.set_model_dir / acl.op.load)")
+
+
+@values("op.create_handle", 0)
+def create_handle(op_type, input_desc, output_desc, op_attr):
+    """A handle to run ``op_type`` with these descs and attributes again and again (``execute_with_handle``); a
+    loaded op model must match, as for ``execute_v2`` (else 100024)."""
+    call = "op.create_handle"
+    op_type = args.text(op_type, call, "op_type")
+    ins = [desc_of(h, call) for h in args.sequence(input_desc, call, "input_desc")]
+    outs = [desc_of(h, call) for h in args.sequence(output_desc, call, "output_desc")]
+    attrs = _attrs(op_attr, call)
+    ins, _ = _present(ins, ins, call)
+    kernel, kernel_attrs = _kernel(call, op_type, attrs, len(ins))
+    if OP_MODELS.find(kernel, ins, outs, _normal(kernel_attrs)) is None:
+        raise _not_matched(call, op_type, ins, attrs)
+    return HANDLES.add(OP_HANDLE, OpHandle(op_type, ins, outs, attrs))
+
+
+@code("op.execute_with_handle")
+def execute_with_handle(handle, inputs, outputs, stream):
+    """Run the operator of ``handle`` on ``inputs`` into ``outputs`` (data buffers, in the descs' order) on
+    ``stream`` (asynchronous: synchronize the stream)."""
+    call = "op.execute_with_handle"
+    h: OpHandle = HANDLES.get(handle, OP_HANDLE, call, "an op handle (acl.op.create_handle)")
+    in_bufs = [_buffer(b, call) for b in args.sequence(inputs, call, "inputs")]
+    out_bufs = [_buffer(b, call) for b in args.sequence(outputs, call, "outputs")]
+    if len(in_bufs) < len(h.in_descs) or len(out_bufs) != len(h.out_descs):
+        raise AclError(E.ACL_ERROR_INVALID_PARAM, f"{call}: the handle's {h.op_type} takes {len(h.in_descs)} inputs and "
+                                                  f"{len(h.out_descs)} outputs, {len(in_bufs)} and {len(out_bufs)} "
+                                                  f"data buffers were given")
+    _run(call, h.op_type, h.in_descs, in_bufs[:len(h.in_descs)], h.out_descs, out_bufs, h.attrs, stream)
+
+
+@plain("op.destroy_handle", None)
+def destroy_handle(handle):
+    """Nothing is returned (aclopDestroyHandle is void); a bad handle is recorded for get_recent_err_msg."""
+    HANDLES.get(handle, OP_HANDLE, "op.destroy_handle", "an op handle (acl.op.create_handle)")
+    HANDLES.drop(handle)
 
 
 ENGINES = {0: "ACL_ENGINE_SYS", 1: "ACL_ENGINE_AICORE", 2: "ACL_ENGINE_VECTOR"}
@@ -337,5 +390,5 @@ def compile(op_type, input_desc, output_desc, attr, engine_type, compile_flag, o
     OP_MODELS.add(OpModel(model, f"op.compile({op_type})"))
 
 
-__all__ = ["compile", "compile_and_execute", "compile_and_execute_v2", "execute", "execute_v2", "load",
-           "set_model_dir"]
+__all__ = ["compile", "compile_and_execute", "compile_and_execute_v2", "create_handle", "destroy_handle", "execute",
+           "execute_v2", "execute_with_handle", "load", "set_model_dir"]

@@ -334,3 +334,26 @@ def test_cann_spellings_through_atc_and_execute_v2(acl0, tmp_path):
     assert "axes=[0, 1]" in acl.get_recent_err_msg()
     acl.op.destroy_attr(attr)
     t.free()
+
+
+def test_op_handles_run_a_matched_operator_again_and_again(acl0, op_dir):
+    """acl.op.create_handle matches the loaded op models once (as execute_v2 would), execute_with_handle runs it
+    on new buffers each time, destroy_handle releases it; an unmatched op is 100024, a stale handle 100000."""
+    acl = acl0
+    assert acl.op.set_model_dir(str(op_dir)) == 0
+    rng = np.random.default_rng(11)
+    a, b = (rng.standard_normal((8, 16)).astype(np.float16) for _ in range(2))
+    t = Dev(acl, ACL_FLOAT16, [a, b], [(np.float16, (8, 16))])
+    handle, ret = acl.op.create_handle("Add", t.in_descs, t.out_descs, 0)
+    assert ret == 0 and handle
+    for _ in range(2):
+        assert acl.op.execute_with_handle(handle, t.in_bufs, t.out_bufs, 0) == 0
+        assert acl.rt.synchronize_device() == 0
+        np.testing.assert_allclose(t.result().astype(np.float32), (a + b).astype(np.float32), rtol=1e-3)
+    assert acl.op.execute_with_handle(handle, t.in_bufs[:1], t.out_bufs, 0) == INVALID
+    assert acl.op.destroy_handle(handle) is None
+    assert acl.op.execute_with_handle(handle, t.in_bufs, t.out_bufs, 0) == INVALID
+    wrong = acl.create_tensor_desc(ACL_FLOAT16, [4, 16], ND)                # no model for this shape
+    assert acl.op.create_handle("Add", [wrong, wrong], [wrong], 0) == (0, OP_NOT_FOUND)
+    acl.destroy_tensor_desc(wrong)
+    t.free()

@@ -46,6 +46,7 @@ VALID = {
     ("op.set_attr_string", "attr_value"): {"str"}, ("op.set_attr_list_string", "attr_value"): set(),
     **{(f, "attr"): {"None"} for f in ("op.execute", "op.execute_v2", "op.compile", "op.compile_and_execute",
                                        "op.compile_and_execute_v2")},          # no attributes
+    ("op.create_handle", "op_attr"): {"None"},
     **{(f, "op_path"): {"None", "str"} for f in ("op.compile", "op.compile_and_execute",
                                                   "op.compile_and_execute_v2")},   # unused for built-in ops
 }
@@ -78,6 +79,15 @@ class Goods:
 
     def dev(self, n=4096):
         return acl.rt.malloc(n, 0)[0]
+
+    def op_handle(self):
+        """A handle to Add over two fp32 [2, 4] descs (the op model loaded first, as create_handle needs)."""
+        from rt.mdl import GraphBuilder
+        g = GraphBuilder("sweep_add")
+        g.output("y", g.op("Add", [g.input("a", "float32", [2, 4]), g.input("b", "float32", [2, 4])]))
+        data = g.serialize()
+        acl.op.load(acl.util.bytes_to_ptr(data), len(data))
+        return acl.op.create_handle("Add", [self.tensor_desc(), self.tensor_desc()], [self.tensor_desc()], 0)[0]
 
     def buffer(self):
         return acl.create_data_buffer(self.dev(64), 64)
@@ -121,7 +131,7 @@ class Goods:
             "inputs": lambda: [self.buffer(), self.buffer()], "output_desc": lambda: [self.tensor_desc()],
             "outputs": lambda: [self.buffer()], "engine_type": lambda: 0, "compile_flag": lambda: 0,
             "op_path": lambda: "", "model_dir": lambda: str(self.tmp_path), "op_name": lambda: "x",
-            "gear_count": lambda: 0,
+            "gear_count": lambda: 0, "op_attr": lambda: 0, "handle": self.op_handle,
         }
         if func == "mdl.get_op_attr" and name == "attr":
             return "_datadump_original_op_names"
@@ -190,6 +200,7 @@ class Hostile:
             "desc": [("destroyed", lambda: self.destroyed(g.tensor_desc, acl.destroy_tensor_desc))],
             "tensor_desc": [("destroyed", lambda: self.destroyed(g.tensor_desc, acl.destroy_tensor_desc))],
             "attr": [("destroyed", lambda: self.destroyed(acl.op.create_attr, acl.op.destroy_attr))],
+            "handle": [("destroyed", lambda: self.destroyed(g.op_handle, acl.op.destroy_handle))],
         }
         return table.get(name, [])
 
