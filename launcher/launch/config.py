@@ -343,6 +343,7 @@ def rank_env(rc: RunConfig, rank: int, *, job_id: str, attempt: int, rank_table_
         "RANK_TABLE_FILE": rank_table_file, "RESTART_COUNT": str(attempt),
         "MAX_RESTARTS": str(rc.max_restarts), "MASTER_ADDR": master[0], "MASTER_PORT": str(master[1]),
         "NPUSIM_JOB": job_id, "NPUSIM_NODE": str(node), "NPUSIM_CONFIG": rc.hw.path,
+        "NPUSIM_JOB_CARDS": ",".join(map(str, rc.devices)),     # the cards the job boots on each node
     })
     env.update(node_extra)
     return env

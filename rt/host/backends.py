@@ -31,6 +31,15 @@ def card_wait() -> float:
     return float(os.environ.get("NPUSIM_CARD_WAIT", "60"))
 
 
+def _job_cards() -> set[int] | None:
+    """The cards ``launch`` boots on each node of the job (NPUSIM_JOB_CARDS), None outside a launched job."""
+    text = os.environ.get("NPUSIM_JOB_CARDS")
+    try:
+        return {int(x) for x in text.split(",") if x} if text else None
+    except ValueError:
+        return None
+
+
 class Backoff:
     """Sleeps between looks for a card that is still booting: 1 ms at first (a card already up is found at
     once), growing by half each time to at most MAX_PAUSE — while a large world boots on a few cores, hundreds
@@ -103,7 +112,13 @@ class SocketDirCards:
         wait = card_wait()
         deadline = time.monotonic() + (wait if os.path.isdir(self.dir) else 0)
         pause = Backoff()
+        booted = _job_cards()
         while not os.path.exists(path):
+            if booted is not None and index not in booted:
+                raise AclError(E.ACL_ERROR_RT_NO_DEVICE,
+                               f"card {index} of node {self.node} is not part of this job: launch boots one card per "
+                               f"rank, cards {sorted(booted)} here; to drive more cards from one rank, launch with "
+                               f"--nproc {self.cfg.cards_per_node} (or as many ranks as cards you use)")
             if time.monotonic() >= deadline:
                 raise AclError(E.ACL_ERROR_RT_NO_DEVICE,
                                f"card {index} of node {self.node} is not running (no socket at {path} after "

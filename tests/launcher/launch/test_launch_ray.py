@@ -129,3 +129,37 @@ def test_ranks_and_cards_start_with_non_temporal_copies(tmp_path):
     assert len(seen) == 2, done.stdout[-3000:]
     want = "glibc.cpu.x86_non_temporal_threshold=0x100000"
     assert all(s == {"rank": want, "card": want} for s in seen), seen
+
+
+UNBOOTED_PROBE = textwrap.dedent("""
+    import os, time, rt
+    rt.init()
+    t = time.monotonic()
+    try:
+        rt.set_device(3)
+        print("UNBOOTED accepted")
+    except rt.NpuError as e:
+        print(f"UNBOOTED {e.code} {time.monotonic() - t:.1f} {e.message}")
+    rt.set_device(int(os.environ["LOCAL_RANK"]))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_card_the_job_did_not_boot_is_refused_at_once(tmp_path):
+    """`launch --nproc 2` boots cards 0 and 1; a rank asking for card 3 hears so at once (it used to wait the whole
+    card-boot timeout, 60 s, for a socket that never comes), and its own card still works."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(UNBOOTED_PROBE)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    env.pop("ASCEND_RT_VISIBLE_DEVICES", None)
+    done = subprocess.run([sys.executable, "-m", "launcher", "--nproc", "2", str(probe)],
+                          capture_output=True, text=True, env=env, timeout=180, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = [line.split("UNBOOTED ", 1)[1] for line in done.stdout.splitlines() if "UNBOOTED " in line]
+    assert len(lines) == 2, done.stdout[-3000:]
+    for line in lines:
+        code, seconds, message = line.split(" ", 2)
+        assert code == "207004" and float(seconds) < 5, line
+        assert "not part of this job" in message and "cards [0, 1]" in message, line
