@@ -41,7 +41,9 @@ PROFILE_SIZE = 1 << 20          # entries kept (host ring and each card stream's
 
 # Frames in these directories are npusim's own (torch's is added once torch is imported): the call site is the
 # first frame outside them (rt/diag/callsite.py).
-_INTERNAL = callsite.PACKAGE_DIRS
+# A worker thread's stack ends in threading's bootstrap: counting it as npusim's own lets the walk out of a
+# worker's frames end (None), where the site its submitter captured takes over (``Recorder.on_behalf``).
+_INTERNAL = (*callsite.PACKAGE_DIRS, threading.__file__)
 _STDLIB = os.path.dirname(os.__file__) + os.sep
 _HOST_DONE = dumps.HOST_DONE
 _now = time.monotonic_ns
@@ -102,10 +104,12 @@ class Recorder(Observer):
         self._lock = threading.Lock()
         self._own = _Files(_INTERNAL)                 # file name -> whether it is npusim's own: site()
         self._last_client = None                      # the card of the last collective (set up: _first_call)
+        self._handed = threading.local()              # .site: a submitter's call site, on a worker thread
         if "torch" in sys.modules:
-            self._add_torch()
+            self.add_torch()
 
-    def _add_torch(self) -> None:
+    def add_torch(self) -> None:
+        """Count torch's frames as not the user's (torch_npu calls it at import; the first card seen does too)."""
         torch_dir = os.path.dirname(getattr(sys.modules["torch"], "__file__", "") or "")
         if torch_dir and torch_dir + os.sep not in self._own.dirs:
             self._own = _Files((*self._own.dirs, torch_dir + os.sep))
@@ -130,8 +134,8 @@ class Recorder(Observer):
         code = f.f_code
         while own[code.co_filename]:
             f = f.f_back
-            if f is None:
-                return None
+            if f is None:               # a worker thread's stack: the site of the call it runs, if handed over
+                return getattr(self._handed, "site", None)
             code = f.f_code
         up = f.f_back
         if up is not None:
@@ -139,6 +143,17 @@ class Recorder(Observer):
             if not own[up_code.co_filename]:
                 return (code, f.f_lasti, up_code, up.f_lasti)
         return (code, f.f_lasti, None, 0)
+
+    def on_behalf(self, site, fn, *args):
+        """``fn(*args)`` on a worker thread for a call made at ``site`` (``site(1)`` in the calling thread): what
+        the recorder records in it names the user's line, not the worker's (torch_npu's process groups run their
+        collectives on such threads)."""
+        handed = self._handed
+        handed.site = site
+        try:
+            return fn(*args)
+        finally:
+            handed.site = None
 
     def main_stack(self) -> list[str]:
         """Where the main thread is now (its innermost user frames, outermost first): what a rank was doing."""
@@ -165,7 +180,7 @@ class Recorder(Observer):
         if key not in self.clients:
             self.clients[key] = client
             if "torch" in sys.modules:
-                self._add_torch()
+                self.add_torch()
             if not self._hooked:
                 self._hooked = True
                 dumps.install(self)

@@ -99,6 +99,8 @@ def test_mismatched_collectives_name_every_rank(kind, words):
                                  f"all_reduce")]
     assert errors, done.stderr[-3000:]
     assert all(words in line for line in errors), errors
+    # launch's diagnosis names the user's line of each call (the group runs it on a thread of its own)
+    assert "at mismatch.py:18" in done.stdout + done.stderr, (done.stdout + done.stderr)[-3000:]
 
 
 def test_the_groups_timeout_is_hccls_execution_timeout():

@@ -28,12 +28,15 @@ import torch.distributed as dist
 
 import hccl
 import rt
+from rt.diag.recorder import RECORDER
 
 from . import bootstrap, checks, routing
 from . import collectives as run
 from .errors import NOT_SUPPORT, PARAM, TYPE, fail
 from .routing import npu_only
 from .work import Executor, Work
+
+RECORDER.add_torch()         # the call site of a collective is the user's line, not torch.distributed's
 
 BACKEND = "hccl"
 ROOT_KEY = "npusim/hccl_root_info"
@@ -90,6 +93,9 @@ class ProcessGroupHCCL(dist.ProcessGroup):
 
     def _submit(self, op: str, result: list, fn, executor: Executor | None = None) -> Work:
         work = Work(self, op, next(self._seq), result, self.timeout)
+        if RECORDER.watching:           # the collective runs on the group's thread: hand it the user's line
+            site = RECORDER.site(1)
+            return (executor or self._main).submit(work, lambda ex: RECORDER.on_behalf(site, fn, self, ex))
         return (executor or self._main).submit(work, lambda ex: fn(self, ex))
 
     def _peer_executor(self, direction: str, peer: int) -> Executor:
