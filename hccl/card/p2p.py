@@ -13,9 +13,17 @@ import numpy as np
 from ..errors import HcclError
 from ..protocol.ctrlblock import (CARD, P_COUNT, P_DTYPE, P_OFF, P_RECV_DONE, P_SEG, P_SEND, P_SIZE, WaitAbort,
                                   wait_until)
-from ..types import HcclResult
+from ..types import HcclDataType, HcclResult
 from .endpoint import Endpoint
 
+
+
+def _dtype(code: int) -> str:
+    """An HcclDataType's name (FP32), as the collectives' mismatch messages print it; the number if unknown."""
+    try:
+        return HcclDataType(code).name
+    except ValueError:
+        return str(code)
 
 def post_send(ep: Endpoint, peer: int, view, count: int, dtype: int) -> None:
     """Publish a send to ``peer`` in the pair's mailbox (after the previous one was received)."""
@@ -67,8 +75,8 @@ def recv(ep: Endpoint, peer: int, view, count: int, dtype: int) -> None:
         got = (int(box[P_COUNT]), int(box[P_DTYPE]))
         box[P_RECV_DONE] = -1
         ep.ctrl.notify()
-        raise HcclError(HcclResult.HCCL_E_PARA, f"{what}: rank {peer} sent count={got[0]} dtype={got[1]}, "
-                                                f"this rank expects count={count} dtype={dtype}")
+        raise HcclError(HcclResult.HCCL_E_PARA, f"{what}: rank {peer} sent count={got[0]} dtype={_dtype(got[1])}, "
+                                                f"this rank expects count={count} dtype={_dtype(dtype)}")
     seg, off, nbytes = int(box[P_SEG]), int(box[P_OFF]), int(box[P_SIZE])
     src = ep.service.segment_array(int(ep.ctrl.slots[peer, CARD]), seg)[off: off + nbytes]
     dst = ep.service.segment_array(ep.card.index, view[0])[view[1]: view[1] + view[2]]

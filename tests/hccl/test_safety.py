@@ -110,7 +110,8 @@ def test_send_recv_with_different_counts(comms):
     hccl.send(a.ptr, 8, "int32", 1, cs[0])
     hccl.recv(b.ptr, 4, "int32", 0, cs[1])
     e0, e1 = comms.errors(cs)
-    assert e1.code == E_PARA and "rank 0 sent count=8" in e1.message and "expects count=4" in e1.message, e1.message
+    assert e1.code == E_PARA and "rank 0 sent count=8 dtype=INT32" in e1.message, e1.message
+    assert "expects count=4 dtype=INT32" in e1.message, e1.message
     assert e0.code == E_PARA and "rank 1" in e0.message, e0.message
     assert np.array_equal(b.numpy(), np.full(8, 0x5A, np.int32))
     comms.free([a, b])
