@@ -154,8 +154,9 @@ class Rank:
         return None
 
 
-def diagnose(directory: str, expected_world: int | None = None) -> list[str]:
-    """Plain-language findings, most important first (empty: nothing wrong found)."""
+def diagnose(directory: str, expected_world: int | None = None, ended: dict | None = None) -> list[str]:
+    """Plain-language findings, most important first (empty: nothing wrong found). ``ended`` (from ``launch``):
+    how ranks ended — exit code, or "stopped" by launch — said for the ranks that left no dump."""
     dumps = load(directory)
     if not dumps:
         return [f"no flight-recorder dumps in {directory}"]
@@ -164,10 +165,7 @@ def diagnose(directory: str, expected_world: int | None = None) -> list[str]:
     world = expected_world or max([e.get("size") or 0 for r in ranks.values() for e in r.entries] + [0])
     present = {r.number for r in ranks.values()}
     if world:
-        missing = [i for i in range(world) if i not in present]
-        if missing:
-            lines.append(f"{_rank_word(missing)} left no flight-recorder dump (the process died before it could "
-                         f"write one: killed, or crashed outside Python)")
+        lines += _missing(world, present, ended or {})
     comms = sorted({c for r in ranks.values() for c in r.by_comm})
     for comm in comms:
         lines += _diagnose_comm(comm, ranks, world)
@@ -175,6 +173,25 @@ def diagnose(directory: str, expected_world: int | None = None) -> list[str]:
     lines += _exceptions(ranks)
     if not lines:
         lines.append(f"{len(ranks)} dumps read; every recorded collective completed on every rank")
+    return lines
+
+
+def _missing(world: int, present: set, ended: dict) -> list[str]:
+    """The ranks that left no dump, by how they ended when launch knows it."""
+    missing = [i for i in range(world) if i not in present]
+    normal = [i for i in missing if ended.get(i) == 0]
+    stopped = [i for i in missing if ended.get(i) == "stopped"]
+    died = [i for i in missing if i not in normal and i not in stopped]
+    lines = []
+    if normal:
+        lines.append(f"{_rank_word(normal)} exited normally (code 0) while the others still ran, and left no "
+                     f"flight-recorder dump: a rank that leaves early leaves its peers' collectives unanswered")
+    if stopped:
+        lines.append(f"{_rank_word(stopped)}: stopped by launch after the failure, before writing a flight-recorder "
+                     f"dump")
+    if died:
+        lines.append(f"{_rank_word(died)} left no flight-recorder dump (the process died before it could write one: "
+                     f"killed, or crashed outside Python)")
     return lines
 
 
@@ -250,6 +267,16 @@ def _diagnose_comm(comm: str, ranks: dict, world: int) -> list[str]:
     return lines
 
 
+def _exception_line(text: str) -> str:
+    """The line of a traceback that names the exception (its message's first line, for a message of several)."""
+    lines = text.strip().splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith('  File "')]
+    for line in lines[(frames[-1] + 1 if frames else 0):]:
+        if line and not line[0].isspace():
+            return line
+    return lines[-1] if lines else ""
+
+
 def _exceptions(ranks: dict) -> list[str]:
     """Uncaught exceptions, one line per distinct error (ranks raising the same kind of error grouped)."""
     groups: dict[str, list] = collections.defaultdict(list)
@@ -258,7 +285,7 @@ def _exceptions(ranks: dict) -> list[str]:
         exc = r.data.get("exception")
         if not exc:
             continue
-        last = exc.strip().splitlines()[-1]
+        last = _exception_line(exc)
         where = re.findall(r'File "([^"]+)", line (\d+)', exc)
         user = [w for w in where if not re.search(r"/(rt|hccl|acl|torch_npu|torch|launcher)/", w[0])]
         at = f" at {os.path.basename(user[-1][0])}:{user[-1][1]}" if user else ""

@@ -103,6 +103,7 @@ class _Job:
         self.job_id = backend.new_job_id()
         self.table = _write_rank_table(rc.rank_table or f"{tmp}/rank_table.json", rc)
         self.trace_env = jobtrace.rank_env(rc, tmp)
+        self.ended: dict[int, object] = {}     # this attempt's ranks that ended: exit code, or "stopped" by us
 
     def run(self) -> JobResult:
         state, attempt, failures, running = JobState.STARTING, 0, [], []
@@ -123,7 +124,7 @@ class _Job:
         result = JobResult(state, self.job_id, attempt, failures, running, self.signums[0] if self.signums else None)
         dumps = self.trace_env["NPUSIM_TRACE_DUMP_DIR"]
         if state is not JobState.SUCCEEDED:
-            result.diagnosis = jobtrace.diagnose(dumps, self.rc.world_size)
+            result.diagnosis = jobtrace.diagnose(dumps, self.rc.world_size, self.ended)
             result.trace_dir = None if dumps.startswith(self.tmp) else dumps
         if self.rc.profile:
             jobtrace.write_profile(self.rc, self.trace_env["NPUSIM_PROFILE_DIR"], self.router)
@@ -143,6 +144,7 @@ class _Job:
                   for rank in range(node * rc.nproc, (node + 1) * rc.nproc)]
                  for node in range(rc.nnodes)]
         self.router.mark_attempt(rc.world_size, attempt)
+        self.ended = {}
         state, failures, running = JobState.INTERRUPTED, [], set(range(rc.world_size))
         try:
             if not self.stop.is_set():  # else a signal arrived while the cluster or the cards were being set up
@@ -192,6 +194,7 @@ class _Job:
                 # While we stop the group, a rank ended by our signal is not a failure; one that failed on its
                 # own (raised, exited non-zero) before the signal reached it still is.
                 stopped = stopped_ok and ex["stopped"] and ex["returncode"] in _STOP_CODES
+                self.ended[ex["rank"]] = "stopped" if stopped else ex["returncode"]
                 if ex["returncode"] != 0 and not stopped:
                     failures.append(ex)
 

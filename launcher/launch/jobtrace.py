@@ -30,13 +30,14 @@ def clear(env: dict) -> None:
                     pass
 
 
-def diagnose(directory: str, world: int) -> list[str] | None:
-    """The analyzer's findings on the dumps in ``directory`` (None: no rank dumped)."""
+def diagnose(directory: str, world: int, ended: dict | None = None) -> list[str] | None:
+    """The analyzer's findings on the dumps in ``directory`` (None: no rank dumped); ``ended``: how ranks ended
+    (exit code, or "stopped" by launch), for those that left no dump."""
     if not glob.glob(os.path.join(directory, "trace_rank*.json")):
         return None
     try:
         from hccl import trace
-        return trace.diagnose(directory, world)
+        return trace.diagnose(directory, world, ended)
     except Exception as e:  # noqa: BLE001 - the box is printed with or without a diagnosis
         return [f"(the flight-recorder analyzer failed: {type(e).__name__}: {e})"]
 

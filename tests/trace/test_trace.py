@@ -258,3 +258,23 @@ def test_the_analyzer_says_so_when_everything_completed(tmp_path):
     (tmp_path / "trace_rank1.json").unlink()
     assert trace.diagnose(str(tmp_path))[0].startswith("rank 1 left no flight-recorder dump")
     assert trace.diagnose(str(tmp_path / "none")) == [f"no flight-recorder dumps in {tmp_path / 'none'}"]
+
+
+def test_the_analyzer_says_how_ranks_without_a_dump_ended_and_names_a_multi_line_exception(tmp_path):
+    """With launch's record of how ranks ended, a rank without a dump is said to have exited normally (code 0),
+    been stopped by launch, or died; an exception whose message spans lines is named by its first line."""
+    from hccl import trace
+    exc = ('Traceback (most recent call last):\n  File "/home/u/train.py", line 7, in <module>\n    run()\n'
+           'NotImplementedError: Could not run \'aten::foo\' with arguments from the \'CPU\' backend.\n'
+           '\nCPU: registered at /build/aten.cpp:31\nPythonDispatcher: registered at /build/py.cpp:194\n')
+    dump = {"rank": "0", "pid": 1, "now_ns": 10, "exception": exc, "cards": {}, "entries": [
+        {"kind": "collective", "op": "all_reduce", "comm": "w", "seq": 1, "size": 4, "count": 4, "dtype": 4,
+         "reduce": 0, "state": "completed", "site": "t.py:1", "t_enq": 1, "fingerprint": "a"}]}
+    (tmp_path / "trace_rank0.json").write_text(json.dumps(dump))
+    lines = trace.diagnose(str(tmp_path), 4, {1: 0, 2: "stopped", 3: -9})
+    text = "\n".join(lines)
+    assert "rank 1 exited normally (code 0)" in text
+    assert "rank 2: stopped by launch" in text
+    assert "rank 3 left no flight-recorder dump (the process died" in text
+    assert "rank 0 raised NotImplementedError: Could not run 'aten::foo'" in text and "at train.py:7" in text
+    assert "PythonDispatcher" not in text
