@@ -14,9 +14,11 @@ scalars and CPU index tensors; ``t.numpy()`` needs ``t.cpu()`` first.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from . import device_guard, storage
+from . import device_guard, hooks, storage
 
 _CPU = torch.device("cpu")
 _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
@@ -92,6 +94,21 @@ def _fallback(op, *args, **kwargs):
         return _copy_from(*args, **kwargs)
     if sig.name == "aten::record_stream":            # host memory: nothing waits on a stream before reuse
         return None
+    return _run_on_cpu(sig, op, args, kwargs)
+
+
+def cpu_kernel(op, impl):
+    """A PrivateUse1 kernel for ``op`` that runs ``impl`` (same arguments, CPU tensors in and out) as the fallback
+    runs a CPU kernel: for operators torch calls only on accelerators, which have no CPU kernel."""
+    sig = _signature(op)
+
+    def kernel(*args, **kwargs):
+        return _run_on_cpu(sig, impl, args, kwargs)
+    return kernel
+
+
+def _run_on_cpu(sig: _Signature, fn, args, kwargs):
+    """``fn`` (``sig``'s operator or a CPU implementation of it) on CPU views of the npu arguments; npu results."""
     grown = []
     if sig.outs:
         args, kwargs, grown = _empty_outs(sig, args, kwargs)
@@ -99,13 +116,18 @@ def _fallback(op, *args, **kwargs):
     cargs = tuple(call.to_cpu(a) for a in args)
     ckwargs = {k: call.to_cpu(v) for k, v in kwargs.items()}
     index, cpu_seen, views = call.index, call.cpu_seen, call.views
+    if call.generators:
+        _check_generators(call)
     if index is None:
         index = current_index()
     if sig.name in _FACTORIES:
         storage.check_fits(index, _factory_nbytes(sig.name, args, kwargs))
     if cpu_seen is not None and call.npu_tensor and not sig.cross_device:
         raise _same_device_error(f"npu:{index}", cpu_seen)
-    out = op(*cargs, **ckwargs)
+    out = fn(*cargs, **ckwargs)
+    for gen, host_gen in call.generators:
+        if host_gen is not gen:
+            gen.set_state(host_gen.get_state())
     for npu_out, host in grown:
         _rebind(npu_out, host)
     if grown:
@@ -113,10 +135,20 @@ def _fallback(op, *args, **kwargs):
     return _results(sig, out, args, kwargs, views, index)
 
 
+def _check_generators(call: "_Call") -> None:
+    """torch's check that a random op's generator is of the op's device type (``check_generator``)."""
+    for gen, _ in call.generators:
+        if call.index is None and gen.device.type == "npu":
+            raise RuntimeError("Expected a 'cpu' device type for generator but found 'npu'")
+        if call.index is not None and gen.device.type != "npu":
+            raise RuntimeError(f"Expected a 'npu' device type for generator but found '{gen.device.type}'")
+
+
 class _Call:
-    """One operator call's arguments made CPU ones: npu tensors as CPU views, npu devices as ``cpu``; notes the
-    npu index, the first non-scalar CPU tensor, and which npu tensor each view shows."""
-    __slots__ = ("cpu_seen", "grown", "index", "npu_tensor", "sig", "views")
+    """One operator call's arguments made CPU ones: npu tensors as CPU views, npu devices as ``cpu``, npu
+    generators as CPU generators in their state (written back after the call: hooks.cpp); notes the npu index, the
+    first non-scalar CPU tensor, and which npu tensor each view shows."""
+    __slots__ = ("cpu_seen", "generators", "grown", "index", "npu_tensor", "sig", "views")
 
     def __init__(self, sig: _Signature, grown) -> None:
         self.sig, self.grown = sig, grown
@@ -124,6 +156,7 @@ class _Call:
         self.cpu_seen = None
         self.views = {}                              # CPU view's data pointer -> the npu tensor it shows
         self.npu_tensor = False
+        self.generators = []                         # (the caller's generator, the one the CPU kernel gets)
 
     def to_cpu(self, x):
         if isinstance(x, torch.Tensor):
@@ -148,6 +181,13 @@ class _Call:
             if self.index is None:
                 self.index = current_index() if x.index is None else x.index
             return _CPU
+        if isinstance(x, torch.Generator):
+            host = x
+            if x.device.type == "npu":
+                host = torch.Generator()
+                host.set_state(x.get_state())
+            self.generators.append((x, host))
+            return host
         return x
 
 
@@ -288,6 +328,9 @@ class Guard(torch._C._acc.DeviceGuard):
 
 
 class Hooks(torch._C._acc.PrivateUse1Hooks):
+    """torch's Python hooks, used only when ``hooks.cpp`` cannot be built (then no pinned memory, no npu
+    generators)."""
+
     def is_available(self) -> bool:
         return True
 
@@ -304,6 +347,7 @@ def register(device_module) -> None:
     if _library is not None:
         return
     device_guard.install()                   # first: torch keeps the first guard registered for PrivateUse1
+    hooks.install()                          # and the first hooks (torch's Python ones lack pinned memory, generators)
     torch.utils.backend_registration._setup_privateuseone_for_python_backend(
         rename="npu", backend_module=device_module, hook=Hooks(), device_guard=Guard())
     torch.serialization.register_package(15, _tag, _deserialize)
@@ -312,3 +356,25 @@ def register(device_module) -> None:
     _kernels = torch.library.Library("aten", "IMPL")   # operators whose composite default would shadow the fallback
     _kernels.impl("convolution_overrideable", _convolution, "PrivateUse1")
     _kernels.impl("convolution_backward_overrideable", _convolution_backward, "PrivateUse1")
+    from . import accelerator_ops
+    accelerator_ops.register(_kernels)
+    for name in _structured_cpu_ops():
+        op = _overload(name)
+        _kernels.impl(name.split("::", 1)[1], functools.partial(_fallback, op), "PrivateUse1")
+
+
+def _structured_cpu_ops() -> list:
+    """Operators CPU torch runs with its own (structured) kernel but a backend without one runs through their
+    ``CompositeExplicitAutogradNonFunctional`` default: that allocates the result in its final shape and calls the
+    ``out=`` kernel, which TensorIterator first resizes to the unreduced shape (``mse_loss`` with
+    ``reduction='mean'``: "An output with one or more elements was resized since it had shape []..."). npu tensors
+    take the CPU's own path: the fallback with the functional operator (one call instead of ``empty`` + ``out=``)."""
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    return sorted(n for n in torch._C._dispatch_get_all_op_names()
+                  if n.startswith("aten::") and has(n, "CompositeExplicitAutogradNonFunctional") and has(n, "CPU")
+                  and not has(n, "PrivateUse1"))
+
+
+def _overload(name: str):
+    base, _, overload = name.split("::", 1)[1].partition(".")
+    return getattr(getattr(torch.ops.aten, base), overload or "default")
