@@ -6,7 +6,8 @@
   and HCCL (``distributed/``);
 - ``npu`` is a real torch device type: tensors on it compute with torch's CPU kernels and count against the
   card's memory (``devices.py``, ``backend.py``, ``storage.py``, ``memory.py``; what is simulated: docs/torch.md);
-- torch_npu's storage formats and common fused ops (``formats.py``, ``ops.py``), ``torch_npu.testing``.
+- torch_npu's storage formats and common fused ops (``formats.py``, ``ops.py``), registered as ``torch.ops.npu.*``
+  for npu tensors (``op_plugin.py``); ``torch_npu.testing``.
 
 Needs PyTorch: ``pip install "npusim[torch]"`` (the CPU wheel). npusim's core never imports torch.
 """
@@ -19,9 +20,10 @@ except ImportError as e:                                  # pragma: no cover - d
 from . import distributed, npu
 from .amp import register_autocast_kernels as _register_autocast_kernels
 from .devices import install as _install
-from .formats import Format, get_npu_format, npu_format_cast, npu_format_cast_
-from .ops import (fast_gelu, npu_add_rms_norm, npu_apply_rotary_pos_emb, npu_confusion_transpose, npu_fast_gelu,
-                  npu_fusion_attention, npu_gelu, npu_rms_norm, npu_rotary_mul, npu_silu, npu_swiglu)
+from .formats import Format
+from .op_plugin import (fast_gelu, get_npu_format, npu_add_rms_norm, npu_apply_rotary_pos_emb,
+                        npu_confusion_transpose, npu_fast_gelu, npu_format_cast, npu_format_cast_,
+                        npu_fusion_attention, npu_gelu, npu_rms_norm, npu_rotary_mul, npu_silu, npu_swiglu)
 
 __version__ = "2.13.0+npusim"
 

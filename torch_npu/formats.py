@@ -5,6 +5,10 @@ layout, and a cast re-lays the bytes out. npusim **tracks** the format — a cas
 ``get_npu_format`` reports it — but never changes the data: every tensor keeps torch's logical layout, so every
 op reads it correctly whatever its format. A tensor's format is its base format (NCHW for 4-D, NCDHW for 5-D,
 ND otherwise) until a cast sets another; results of other ops, and views, start again from the base format.
+
+The functions here are the kernels of ``torch.ops.npu.npu_format_cast`` / ``npu_format_cast_`` /
+``get_npu_format`` (``op_plugin.py`` registers them for npu tensors, as torch_npu does: a CPU tensor is refused
+by the dispatcher); ``torch_npu.npu_format_cast``... call those ops.
 """
 
 from __future__ import annotations
@@ -50,11 +54,6 @@ def _base_format(t: torch.Tensor) -> Format:
     return {4: Format.NCHW, 5: Format.NCDHW}.get(t.dim(), Format.ND)
 
 
-def _check_tensor(t, call: str) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{call}(): argument 'input' must be Tensor, not {type(t).__name__}")
-
-
 def _target(acl_format) -> Format:
     if isinstance(acl_format, bool) or not isinstance(acl_format, int):
         raise TypeError(f"npu_format_cast(): argument 'acl_format' must be int, not {type(acl_format).__name__}")
@@ -68,38 +67,25 @@ def _target(acl_format) -> Format:
     return fmt
 
 
-def get_npu_format(tensor: torch.Tensor) -> Format:
+def get_npu_format(tensor: torch.Tensor) -> int:
     """The storage format recorded for ``tensor`` (its base format if none was set)."""
-    _check_tensor(tensor, "get_npu_format")
-    return Format(getattr(tensor, _ATTR, _base_format(tensor)))
+    return int(getattr(tensor, _ATTR, _base_format(tensor)))
 
 
-class _FormatCast(torch.autograd.Function):
-    """A differentiable copy: the gradient flows back unchanged (the format is storage, not value)."""
-
-    @staticmethod
-    def forward(ctx, x):
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad
-
-
-def npu_format_cast(input: torch.Tensor, acl_format, customize_dtype=None) -> torch.Tensor:
-    """A new tensor with ``input``'s data and format ``acl_format`` (``input`` itself if it has that format)."""
-    _check_tensor(input, "npu_format_cast")
-    fmt = _target(acl_format)
+def npu_format_cast(input: torch.Tensor, acl_format, *, customize_dtype=None, input_dtype=None) -> torch.Tensor:
+    """A new tensor with ``input``'s data and format ``acl_format`` — ``input`` itself if it has that format;
+    ``acl_format`` may be a tensor, whose format is taken (the ``.Tensor`` overload). Differentiable: the copy's
+    gradient flows back unchanged (the format is storage, not value)."""
+    fmt = Format(get_npu_format(acl_format)) if isinstance(acl_format, torch.Tensor) else _target(acl_format)
     if get_npu_format(input) == fmt:
         return input
-    out = _FormatCast.apply(input)
+    out = input.clone()
     setattr(out, _ATTR, int(fmt))
     return out
 
 
-def npu_format_cast_(input: torch.Tensor, src, customize_dtype=None) -> torch.Tensor:
+def npu_format_cast_(input: torch.Tensor, src, *, customize_dtype=None, input_dtype=None) -> torch.Tensor:
     """Set ``input``'s format in place to ``src``'s (a tensor, an int or a ``Format``); returns ``input``."""
-    _check_tensor(input, "npu_format_cast_")
     fmt = get_npu_format(src) if isinstance(src, torch.Tensor) else _target(src)
     setattr(input, _ATTR, int(fmt))
     return input

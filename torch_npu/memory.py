@@ -6,11 +6,20 @@ torch_npu's names, arguments and return shapes (``memory_stats`` is an ``Ordered
 live npu tensors, ``memory_reserved`` the segments the card holds for this process (while the runtime runs; before,
 each tensor is only counted and reserved equals allocated), ``empty_cache`` gives the unused segments back to the
 card, ``mem_get_info`` is the card's own answer.
+
+``set_per_process_memory_fraction`` caps what the process may reserve on a card, as torch_npu's allocator caps
+it: a new segment that would take the process's segments there past ``fraction * total`` is refused; the unused
+segments go back to the card and the segment is asked for once more, then ``torch.OutOfMemoryError`` with
+torch_npu's text (``... free; 600.00 MiB allowed; ... reserved in total by PyTorch)``). ``caching_allocator_alloc``
+takes a block of the caching allocator for other frameworks (an npu tensor's bytes, counted as every tensor's);
+``memory_snapshot`` lists the segments and their blocks. There is no caching pinned-host allocator, so
+``host_memory_stats`` and its resets say so.
 """
 
 from __future__ import annotations
 
 import collections
+import warnings
 
 import torch
 
@@ -19,9 +28,13 @@ from ._error_code import ErrCode, pta_error
 from .backend import current_index
 from .distributed.bootstrap import device_count
 
-__all__ = ["empty_cache", "max_memory_allocated", "max_memory_reserved", "mem_get_info", "memory_allocated",
-           "memory_reserved", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
-           "reset_accumulated_memory_stats", "reset_max_memory_allocated", "reset_peak_memory_stats"]
+__all__ = ["caching_allocator_alloc", "caching_allocator_delete", "empty_cache", "get_per_process_memory_fraction",
+           "host_memory_stats", "host_memory_stats_as_nested_dict", "max_memory_allocated", "max_memory_cached",
+           "max_memory_reserved", "mem_get_info", "memory_allocated", "memory_cached", "memory_reserved",
+           "memory_snapshot", "memory_stats", "memory_stats_as_nested_dict", "memory_summary",
+           "reset_accumulated_host_memory_stats", "reset_accumulated_memory_stats", "reset_max_memory_allocated",
+           "reset_max_memory_cached", "reset_peak_host_memory_stats", "reset_peak_memory_stats",
+           "set_per_process_memory_fraction"]
 
 
 def _device_index(device) -> int:
@@ -170,3 +183,150 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     rows.append("|{:<75}|".format(" npusim: segments reserved on the card; the tensors' bytes are host memory"))
     rows.append(line)
     return "\n".join(rows) + "\n"
+
+
+# ------------------------------------------------------------------ the names torch_npu keeps from torch.cuda
+def memory_cached(device=None) -> int:
+    """Deprecated name of :func:`memory_reserved`."""
+    return memory_reserved(device)
+
+
+def max_memory_cached(device=None) -> int:
+    """Deprecated name of :func:`max_memory_reserved`."""
+    return max_memory_reserved(device)
+
+
+def reset_max_memory_cached(device=None) -> None:
+    """Resets every peak (with torch_npu's deprecation warning)."""
+    warnings.warn("torch_npu.npu.reset_max_memory_cached now calls torch_npu.npu.reset_peak_memory_stats, "
+                  "which resets /all/ peak memory stats.", DeprecationWarning)
+    reset_peak_memory_stats(device)
+
+
+# ------------------------------------------------------------------ per-process memory fraction
+
+
+def _checked_index(device) -> int:
+    index = current_index() if device is None else _device_index(device)
+    if not 0 <= index < device_count():
+        raise AssertionError("Invalid device id" + pta_error(ErrCode.VALUE))
+    return index
+
+
+def set_per_process_memory_fraction(fraction, device=None) -> None:
+    """Cap this process's segments on the card at ``fraction * total`` bytes (1.0 lifts the cap). Starts the
+    runtime (the card tells its capacity), as torch_npu initializes the device."""
+    from . import _runtime
+    _runtime.lazy_init()
+    index = _checked_index(device)
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`" + pta_error(ErrCode.TYPE))
+    if fraction < 0 or fraction > 1:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1" + pta_error(ErrCode.VALUE))
+    segments.ALLOWED.pop(index, None)
+    if fraction < 1.0:
+        segments.ALLOWED[index] = int(fraction * segments.card_mem_info(index)[1])
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    """The fraction set by :func:`set_per_process_memory_fraction` (1.0 when none is)."""
+    from . import _runtime
+    _runtime.lazy_init()
+    index = _checked_index(device)
+    allowed = segments.ALLOWED.get(index)
+    return 1.0 if allowed is None else allowed / segments.card_mem_info(index)[1]
+
+
+# ------------------------------------------------------------------ raw blocks for other frameworks
+_raw: dict[int, torch.Tensor] = {}   # data pointer -> the npu tensor whose bytes it is
+
+
+def caching_allocator_alloc(size, device=None, stream=None) -> int:
+    """``size`` bytes from the caching allocator on ``device`` (counted in ``memory_allocated`` like a tensor's);
+    returns the address, to give back with :func:`caching_allocator_delete`. ``stream`` is checked as torch_npu
+    checks it (a ``torch.npu.Stream`` or an int)."""
+    from .streams import Stream, current_stream
+    index = _checked_index(device)
+    if stream is None:
+        stream = current_stream(index)
+    if isinstance(stream, Stream):
+        stream = stream.npu_stream
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError("Invalid type for stream argument, must be `torch_npu.npu.Stream` or `int` representing a "
+                        "pointer to a existing stream" + pta_error(ErrCode.TYPE))
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise TypeError(f"caching_allocator_alloc: size must be a non-negative int, got {size!r}"
+                        + pta_error(ErrCode.TYPE))
+    if size == 0:
+        return 0                     # torch_npu's raw_alloc of 0 bytes is the null pointer
+    block = torch.empty(size, dtype=torch.uint8, device=torch.device("npu", index))
+    ptr = block.data_ptr()
+    _raw[ptr] = block
+    return ptr
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    """Give back a block of :func:`caching_allocator_alloc` (0, the null pointer, is ignored)."""
+    if not mem_ptr:
+        return
+    if _raw.pop(mem_ptr, None) is None:
+        raise RuntimeError(f"invalid device pointer: {mem_ptr:#x}" + pta_error(ErrCode.PTR))
+
+
+# ------------------------------------------------------------------ snapshot
+def memory_snapshot(mempool_id=None) -> list[dict]:
+    """The segments this process holds on every card, in torch's snapshot format (``device``, ``address`` — the
+    card's address of the segment —, ``total_size``, ``allocated_size``, ``segment_type``, ``blocks``...). npusim
+    packs blocks into a segment without placing them by address, so a block's ``address`` is its place in the
+    packing order (live blocks first, then one ``inactive`` block of the free bytes)."""
+    if mempool_id is not None:
+        raise RuntimeError("memory_snapshot: npusim has one memory pool per card (MemPool is not simulated)"
+                           + pta_error(ErrCode.NOT_SUPPORT))
+    out = []
+    with storage._lock:
+        storage.sweep()
+        live: dict[int, list] = {}
+        for b in storage._blocks.values():              # the blocks of live tensors, by segment
+            if b.seg is not None:
+                live.setdefault(id(b.seg), []).append(b)
+        for index in storage.devices():
+            for seg in storage.reservations(index).segments():
+                address = seg.ptrs[0]
+                blocks = []
+                for b in sorted(live.get(id(seg), ()), key=lambda b: -b.size):
+                    blocks.append({"address": address, "size": b.size, "requested_size": b.nbytes,
+                                   "state": "active_allocated", "frames": []})
+                    address += b.size
+                if seg.free:
+                    blocks.append({"address": address, "size": seg.free, "requested_size": 0, "state": "inactive",
+                                   "frames": []})
+                out.append({"device": index, "address": seg.ptrs[0], "total_size": seg.size,
+                            "allocated_size": seg.used, "active_size": seg.used,
+                            "requested_size": sum(b["requested_size"] for b in blocks), "stream": 0,
+                            "segment_type": "small" if seg.pool == "small_pool" else "large",
+                            "segment_pool_id": (0, 0), "is_expandable": False, "frames": [], "blocks": blocks})
+    return out
+
+
+# ------------------------------------------------------------------ the pinned host allocator
+def _no_host_allocator(call: str) -> RuntimeError:
+    return RuntimeError(f"torch.npu.{call}: npusim has no caching pinned-host allocator to report on (pinned memory, "
+                        f"where torch_npu/hooks.py provides it, is plain host memory counted nowhere)"
+                        + pta_error(ErrCode.NOT_SUPPORT))
+
+
+def host_memory_stats_as_nested_dict() -> dict:
+    """torch_npu's pinned host allocator statistics: refused (see :func:`_no_host_allocator`)."""
+    raise _no_host_allocator("host_memory_stats_as_nested_dict")
+
+
+def host_memory_stats() -> collections.OrderedDict:
+    raise _no_host_allocator("host_memory_stats")
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    raise _no_host_allocator("reset_accumulated_host_memory_stats")
+
+
+def reset_peak_host_memory_stats() -> None:
+    raise _no_host_allocator("reset_peak_host_memory_stats")

@@ -2,8 +2,9 @@
 
 Each takes torch_npu's arguments (names, defaults, order) and returns what it returns (shapes, dtypes, tuple
 arity), computed as a composition of torch ops — in float32 where the fused kernel accumulates in float32
-(norms, RoPE, SwiGLU, attention, FastGelu), cast back to the input dtype. Being plain torch, autograd differentiates them (the ``*_backward`` kernels are not needed).
-Argument errors are ``RuntimeError`` (op-plugin's texts where it has one).
+(norms, RoPE, SwiGLU, attention, FastGelu), cast back to the input dtype. These are the kernels ``op_plugin.py``
+registers as ``torch.ops.npu.*`` for npu tensors: being plain torch, autograd differentiates them (the
+``*_backward`` kernels are not needed). Argument errors are ``RuntimeError`` (op-plugin's texts where it has one).
 """
 
 from __future__ import annotations
@@ -199,7 +200,8 @@ def _attention(q, k, v, pse, mask, scale, keep_prob, mode, pre, nxt):
 def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, padding_mask=None, atten_mask=None,
                          scale=1.0, keep_prob=1.0, pre_tockens=MAX_TOKENS, next_tockens=MAX_TOKENS,
                          inner_precise=0, prefix=None, actual_seq_qlen=None, actual_seq_kvlen=None, sparse_mode=0,
-                         gen_mask_parallel=True, sync=False, softmax_layout="", sink=None):
+                         gen_mask_parallel=True, sync=False, softmax_layout="", sink=None, dropout_mask=None, seed=0,
+                         offset=0):
     """FlashAttentionScore: ``Dropout(Softmax(Mask(scale * (pse + Q K^T), atten_mask)), keep_prob) V``.
 
     Returns ``(attention_out, softmax_max, softmax_sum, softmax_out, seed, offset, numels)``: the output in
@@ -224,6 +226,8 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
         _fail(f"The sparse_mode value must be in range of [0,6], but got {sparse_mode}")
     if sparse_mode in (5, 6) or prefix is not None:
         _fail("npu_fusion_attention: the prefix sparse modes (5, 6) are not simulated by npusim")
+    if sink is not None or dropout_mask is not None:
+        _fail("npu_fusion_attention: sink and a given dropout_mask are not simulated by npusim")
     if layout == "TND":
         return _fusion_attention_tnd(query, key, value, head_num, pse, atten_mask, scale, keep_prob, pre_tockens,
                                      next_tockens, actual_seq_qlen, actual_seq_kvlen, sparse_mode)
@@ -238,9 +242,15 @@ def npu_fusion_attention(query, key, value, head_num, input_layout, pse=None, pa
                                        next_tockens)
     b, n, s1 = out.shape[:3]
     numels = b * n * s1 * k.shape[2] if keep_prob < 1 else 0
-    seed = torch.initial_seed() if keep_prob < 1 else 0
+    seed = _dropout_seed() if keep_prob < 1 else 0
     return (_from_bnsd(out, layout).to(query.dtype), row_max.unsqueeze(-1).expand(b, n, s1, 8).contiguous(),
             row_sum.unsqueeze(-1).expand(b, n, s1, 8).contiguous(), query.new_empty([0]), seed, 0, numels)
+
+
+def _dropout_seed() -> int:
+    """The generator's seed as the schema's int (int64: torch's seeds are uint64)."""
+    seed = torch.initial_seed()
+    return seed - (1 << 64) if seed >= 1 << 63 else seed
 
 
 def _fusion_attention_tnd(query, key, value, head_num, pse, atten_mask, scale, keep_prob, pre, nxt, qlen, kvlen,
@@ -268,7 +278,7 @@ def _fusion_attention_tnd(query, key, value, head_num, pse, atten_mask, scale, k
     numels = t * n * int(kvlen[-1]) if keep_prob < 1 else 0
     return (out.to(query.dtype), row_max.unsqueeze(-1).expand(t, n, 8).contiguous(),
             row_sum.unsqueeze(-1).expand(t, n, 8).contiguous(), query.new_empty([0]),
-            torch.initial_seed() if keep_prob < 1 else 0, 0, numels)
+            _dropout_seed() if keep_prob < 1 else 0, 0, numels)
 
 
 __all__ = ["fast_gelu", "npu_add_rms_norm", "npu_apply_rotary_pos_emb", "npu_confusion_transpose",

@@ -76,12 +76,17 @@ class Segment:
         return self.size - self.used
 
 
-class CardRefused(Exception):
-    """The card refused a segment (out of memory); carries the card's ``(free, total)`` at that moment."""
+# Bytes a process may reserve per card (torch.npu.set_per_process_memory_fraction); no entry: the card's all.
+ALLOWED: dict[int, int] = {}
 
-    def __init__(self, size: int, free: int, total: int):
-        super().__init__(size, free, total)
-        self.size, self.free, self.total = size, free, total
+
+class CardRefused(Exception):
+    """The card refused a segment (out of memory), or the process's cap did (``allowed``, ``ALLOWED``); carries the
+    card's ``(free, total)`` at that moment."""
+
+    def __init__(self, size: int, free: int, total: int, allowed: int | None = None):
+        super().__init__(size, free, total, allowed)
+        self.size, self.free, self.total, self.allowed = size, free, total, allowed
 
 
 def card_ready() -> bool:
@@ -127,6 +132,10 @@ class Reservations:
     def reserve(self, block: int) -> Segment:
         """A new segment for ``block`` on the card; :class:`CardRefused` when the card is out of memory."""
         pool, size = pool_of(block), allocation_size(block)
+        allowed = ALLOWED.get(self.device)
+        if allowed is not None and sum(seg.size for seg in self.segments() if seg.alive) + size > allowed:
+            free, total = card_mem_info(self.device)
+            raise CardRefused(size, free, total, allowed)
         ctx = _runtime.context(self.device)
         parts = [SMALL_SIZE - CARD_PAD] * (size // SMALL_SIZE) if pool == "small_pool" else [size - CARD_PAD]
         ptrs: list[int] = []

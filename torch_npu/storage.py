@@ -251,17 +251,20 @@ def _room(device: int, size: int) -> Segment:
             seg = res.reserve(size)
         except CardRefused as e:
             st.num_ooms += 1
-            raise _oom(device, e.size, e.total, e.free, st) from None
+            raise _oom(device, e.size, e.total, e.free, st, e.allowed) from None
     st.add_segment(seg.pool, seg.size)
     return seg
 
 
-def _oom(device: int, size: int, total: int, free: int, st: DeviceStats) -> torch.OutOfMemoryError:
-    """torch_npu's error: the segment it tried to reserve, the card's numbers and this process's."""
+def _oom(device: int, size: int, total: int, free: int, st: DeviceStats,
+         allowed: int | None = None) -> torch.OutOfMemoryError:
+    """torch_npu's error: the segment it tried to reserve, the card's numbers and this process's (and its cap,
+    when set_per_process_memory_fraction set one)."""
+    cap = f"{format_size(allowed)} allowed; " if allowed is not None else ""
     return torch.OutOfMemoryError(
         f"NPU out of memory. Tried to allocate {format_size(size)} (NPU {device}; {format_size(total)} total "
         f"capacity; {format_size(st.current)} already allocated; {format_size(st.current)} current active; "
-        f"{format_size(free)} free; {format_size(st.reserved['all'].current)} reserved in total by PyTorch).If "
+        f"{format_size(free)} free; {cap}{format_size(st.reserved['all'].current)} reserved in total by PyTorch).If "
         f"reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation.")
 
 

@@ -17,7 +17,9 @@ t = torch.ones(3).npu()
 model = torch.nn.Linear(3, 2).to(torch.device("npu:0"))
 assert model.npu() is model
 
-for bad in (-1, 99, "cuda:0", "npu:x", True):
+torch.npu.set_device(-1)                     # a negative index is a no-op, as torch_npu's `if device_id >= 0`
+assert torch.npu.current_device() == 0
+for bad in (99, "cuda:0", "npu:x", True):
     try:
         torch.npu.set_device(bad)
     except (ValueError, RuntimeError) as e:
