@@ -21,7 +21,7 @@ from rt.card.queues import annotate, current_note
 from ..algos.steps import run_step
 from ..errors import HcclError, who_called
 from ..protocol import nodestaged
-from ..protocol.ctrlblock import ARRIVED, BUF0, CARD, DONE, V_RCOUNT, V_SCOUNT, V_SDISPL
+from ..protocol.ctrlblock import ARRIVED, BUF0, CARD, DONE, V_RCOUNT, V_SCOUNT, V_SDISPL, gave_up
 from ..protocol.staged import (fits_stage, split_gather, split_own, split_reduce, stage_agrees, stage_in, stage_out,
                                stage_source)
 from ..types import HcclResult, hccl_np_dtype
@@ -91,6 +91,9 @@ def _after_arrival(ep: Endpoint, seq: int, op: str, p: dict, sched, fps, start: 
     problem = None
     if fps is None:
         pass
+    elif gave_up(fps):                        # nobody waits at a barrier for this rank any more
+        me[DONE] = seq
+        raise HcclError(HcclResult.HCCL_E_TIMEOUT, f"{what}: {gave_up(fps)}")
     elif len(set(fps)) > 1:
         problem = f"ranks called different collectives: {_group(fps)}"
     elif op == "all_to_all_v" and ep.hub is not None:     # every rank is here: all refuse alike
@@ -151,6 +154,10 @@ def staged_finish(ep: Endpoint, seq: int, op: str, p: dict, views: dict, target:
         ep.wait_phase(what, seq, target)
         if not stage_agrees(ctrl, seq):
             fps = [ctrl.fingerprint(k, seq) for k in range(n)]
+            late = gave_up(fps)
+            if late:                         # nobody waits at a barrier for this rank any more
+                me[DONE] = seq
+                raise HcclError(HcclResult.HCCL_E_TIMEOUT, f"{what}: {late}")
             ep.barrier(what, seq)
             me[DONE] = seq
             raise HcclError(HcclResult.HCCL_E_PARA, f"collective #{seq} on comm '{ep.comm_id}': ranks called "

@@ -116,7 +116,9 @@ class Endpoint:
                   check=lambda: self.check_peers([r for r in local if phases[r] < target], what),
                   sleeper=self.sleeper)
         except WaitAbort:
-            raise HcclError(HcclResult.HCCL_E_TIMEOUT, self._missing_report(seq, what)) from None
+            report = self._missing_report(seq, what)
+            self.ctrl.give_up(self.rank, seq, self.exec_timeout)
+            raise HcclError(HcclResult.HCCL_E_TIMEOUT, report) from None
 
     # -- memory ----------------------------------------------------------------------------------------
     def view(self, view):

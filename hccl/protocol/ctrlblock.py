@@ -43,6 +43,18 @@ LONG_YIELD = 2e-3              # ... longer still: something else holds the core
 CALM_SECONDS = 1.0             # ... after this long without such a yield, the pause starts short again
 
 
+GAVE_UP = "!"                   # a fingerprint that starts so: the rank timed out on that collective (give_up)
+
+
+def gave_up(fps: list[str]) -> str | None:
+    """The error text for a collective some rank gave up on before the others arrived (None: none did)."""
+    who = [(r, fp[len(GAVE_UP):]) for r, fp in enumerate(fps) if fp.startswith(GAVE_UP)]
+    if not who:
+        return None
+    return ("EI0002 " + "; ".join(f"rank {r} {text}" for r, text in who) + " — before this rank arrived: the ranks "
+            "are out of step (destroy the communicator and create it again)")
+
+
 class WaitAbort(Exception):
     pass
 
@@ -199,6 +211,12 @@ class ControlBlock:
             areas.append(area)
         every = [self.fingerprint_areas(parity, data.size) for parity in (0, 1)]
         return areas, data, every, data.tobytes() * self.n
+
+    def give_up(self, rank: int, seq: int, seconds: float) -> None:
+        """``rank`` stopped waiting for collective ``seq`` (its HCCL_EXEC_TIMEOUT of ``seconds``): its fingerprint
+        says so (``GAVE_UP`` first), so a rank that arrives later finds the calls disagree and is told why
+        (:func:`gave_up`) instead of completing a collective its peer already failed."""
+        self.set_fingerprint(rank, seq, f"{GAVE_UP}gave up on #{seq} after its {seconds:g} s HCCL_EXEC_TIMEOUT")
 
     def set_fingerprint(self, rank: int, seq: int, text: str) -> None:
         data = text.encode()[:FP_MAX - 1]

@@ -45,7 +45,8 @@ def _ranks(sockets, scenario, **env_extra):
     root = hccl.get_root_info().to_bytes().hex()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HCCL_", "NPUSIM_", "ASCEND_RT_", "RAY_ADDRESS"))}
     env.update(HCCL_EXEC_TIMEOUT="60", NPUSIM_CARD_DIR=sockets, NPUSIM_NODE="0",
-               PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]), **env_extra)
+               PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
+    env.update(env_extra)
     procs = [subprocess.Popen([sys.executable, str(SCRIPT), scenario, str(r), str(N), root], text=True,
                               env=dict(env, ASCEND_RT_VISIBLE_DEVICES=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(N)]
@@ -192,3 +193,18 @@ def test_free_waits_for_a_host_side_collective_using_the_context(dev0):
     assert freed.wait(10)
     t.join(10)
     assert ctx.devmap.view(ptr, 64) is None
+
+
+@pytest.mark.ray
+def test_a_rank_later_than_its_peers_timeout_fails_too(cards):
+    """Ranks 1-3 give up on an all_reduce after HCCL_EXEC_TIMEOUT (1 s); rank 0 arrives 4 s late. It must not
+    complete the collective out of its peers' stale stages: it fails, told that they gave up."""
+    reports = _ranks(cards, "gave_up", HCCL_EXEC_TIMEOUT="1")
+    for r, rep in enumerate(reports):
+        assert rep["bad"] == [], (r, rep["bad"])
+        assert len(rep["errors"]) == 1, (r, rep)
+    timeout = int(hccl.HcclResult.HCCL_E_TIMEOUT)
+    assert all(code == timeout and "timed out after 1 s" in text for code, text in
+               (rep["errors"][0] for rep in reports[1:])), reports
+    code, text = reports[0]["errors"][0]
+    assert code == timeout and "gave up on #2 after its 1 s HCCL_EXEC_TIMEOUT" in text, text

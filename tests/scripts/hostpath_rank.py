@@ -187,6 +187,18 @@ elif scenario == "mismatch":                # rank 0 passes another count: every
     hccl.all_reduce(t.ptr, t.ptr, 4, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm)
     rt.synchronize_stream(None)
     check("after mismatch", t.numpy()[:4], np.full(4, n, np.float32))
+elif scenario == "gave_up":                 # rank 0 comes after the others' HCCL_EXEC_TIMEOUT: all of them fail
+    t = device(np.ones(4, np.float32))
+    hccl.all_reduce(t.ptr, t.ptr, 4, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm)   # in step first
+    rt.synchronize_stream(None)
+    if rank == 0:
+        time.sleep(4)
+    hccl.all_reduce(t.ptr, t.ptr, 4, hccl.HCCL_DATA_TYPE_FP32, hccl.HCCL_REDUCE_SUM, comm)
+    try:
+        rt.synchronize_stream(None)
+        bad.append(f"all_reduce completed with {t.numpy().tolist()} after the others gave up")
+    except hccl.HcclError as e:
+        errors.append([e.code, e.message])
 elif scenario == "reuse":                   # one call signature again after its output buffer was freed
     c, FP32 = 64, hccl.HCCL_DATA_TYPE_FP32
     send, out = device(np.full(c, rank + 1, np.float32)), rt.empty((c,), np.float32)
