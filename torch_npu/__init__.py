@@ -17,7 +17,7 @@ try:
 except ImportError as e:                                  # pragma: no cover - depends on the install
     raise ImportError("npusim's torch_npu needs PyTorch: pip install \"npusim[torch]\" (CPU torch)") from e
 
-from . import distributed, npu
+from . import _C, distributed, npu
 from .amp import register_autocast_kernels as _register_autocast_kernels
 from .devices import install as _install
 from .formats import Format

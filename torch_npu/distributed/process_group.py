@@ -18,6 +18,7 @@ is gone``).
 from __future__ import annotations
 
 import datetime
+import inspect
 import itertools
 import threading
 import warnings
@@ -32,6 +33,7 @@ from rt.diag.recorder import RECORDER
 
 from . import bootstrap, checks, routing
 from . import collectives as run
+from .options import Options, checked as checked_options
 from .errors import NOT_SUPPORT, PARAM, TYPE, fail
 from .routing import npu_only
 from .work import Executor, Work
@@ -44,13 +46,31 @@ _groups: weakref.WeakSet[ProcessGroupHCCL] = weakref.WeakSet()
 _tags = itertools.count()
 
 
+def _outside_dynamo(cls):
+    """Keep torch.compile out of the group's methods, as it is out of a C++ ProcessGroup's: C++ callers (DDP's
+    reducer broadcasting its bucket order, functional collectives) reach them through c10d's Python trampoline
+    while dynamo's frame hook is set, and dynamo would trace them as new frames (``torch._disable_dynamo``: run
+    eagerly, dynamo imported lazily at the first call)."""
+    for name, value in list(vars(cls).items()):
+        if inspect.isfunction(value) and (not name.startswith("_") or name in _C10D_PRIVATE):
+            setattr(cls, name, torch._disable_dynamo(value))
+    return cls
+
+
+_C10D_PRIVATE = {"_allgather_base", "_reduce_scatter_base", "_get_backend"}
+
+
 def _rop(opts):
     return opts.reduceOp if opts is not None else dist.ReduceOp.SUM
 
 
+@_outside_dynamo
 class ProcessGroupHCCL(dist.ProcessGroup):
-    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta):
+    Options = Options
+
+    def __init__(self, store, rank: int, size: int, timeout: datetime.timedelta, pg_options=None):
         super().__init__(rank, size)
+        self._options = checked_options(pg_options)
         self._rank, self._size = rank, size
         self.timeout = timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
         self.group_tag = f"hccl-{next(_tags)}"
@@ -67,6 +87,7 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         self._p2p: dict[tuple[str, int], Executor] = {}
         self._p2p_lock = threading.Lock()
         self.other_backends = routing.OtherBackends(store, rank, size, self.timeout)
+        self._name: str | None = None
         _groups.add(self)
 
     # -- plumbing ------------------------------------------------------------------------------------
@@ -80,6 +101,32 @@ class ProcessGroupHCCL(dist.ProcessGroup):
         return BACKEND
 
     supports_splitting = supports_coalescing = False
+
+    # c10d's ProcessGroup keeps its name in its registered Backends (``ProcessGroup::setGroupName`` forwards to
+    # each), and a Python ProcessGroup registers none; c10d's Python trampoline lets a subclass keep it instead
+    # (its ``getGroupName``/``setGroupName``), which ``group_name``, ``_set_group_name`` and C++ callers all reach.
+    # ``_new_process_group_helper`` sets it; DeviceMesh, functional collectives and dynamo read it.
+    def getGroupName(self) -> str:
+        if self._name is None:
+            raise RuntimeError("ProcessGroup name not set")
+        return self._name
+
+    def setGroupName(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def options(self) -> Options:
+        """The group's ``ProcessGroupHCCL.Options`` (``pg_options``, or the defaults)."""
+        return self._options
+
+    def get_hccl_comm_name(self, rankid: int, *args, init_comm: bool = True) -> str:
+        """torch_npu's ``get_hccl_comm_name``: the name of the HCCL communicator serving ``rankid``'s device — the
+        group's one communicator (one card per process), whose id npusim's HCCL names it by in its errors."""
+        if not isinstance(rankid, int) or isinstance(rankid, bool):
+            raise TypeError(f"get_hccl_comm_name(): rankid must be an int, not {type(rankid).__name__}")
+        if rankid < 0:
+            fail(f"Invalid rank {rankid}", PARAM)
+        return self.comm.id
 
     @property
     def _device_types(self) -> list[torch.device]:
@@ -374,8 +421,14 @@ def wait_all_groups(timeout: float = 1836.0) -> None:
         pg.drain(timeout)
 
 
-def _create(store, rank, size, timeout):
-    return ProcessGroupHCCL(store, rank, size, timeout)
+def _create(dist_backend_opts, pg_options):
+    """c10d's extended creator: the group's store, rank, size and timeout, and the user's ``pg_options``."""
+    o = dist_backend_opts
+    pg = ProcessGroupHCCL(o.store, o.group_rank, o.group_size, o.timeout, pg_options)
+    pg.options._timeout = o.timeout
+    pg.options.global_ranks_in_group = list(o.global_ranks_in_group)
+    pg.options.group_id = o.group_id
+    return pg
 
 
 def register() -> None:
@@ -383,4 +436,4 @@ def register() -> None:
     or ``"cpu:gloo,npu:hccl"`` (``routing.py``: what serves CPU tensors)."""
     if BACKEND.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND, _create, devices=["npu"])
+    dist.Backend.register_backend(BACKEND, _create, extended_api=True, devices=["npu"])
