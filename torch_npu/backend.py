@@ -44,10 +44,13 @@ class _Signature:
         self.name = schema.name
         self.cross_device = schema.name in _CROSS_DEVICE
         args = {}
+        outs = []
         for i, a in enumerate(schema.arguments):
             if a.alias_info is not None and a.alias_info.is_write:
                 args[frozenset(a.alias_info.before_set)] = (i, a.name, a.kwarg_only)
-        self.outs = list(args.values())                 # written (``out=`` and in-place) arguments
+                if a.is_out:
+                    outs.append((i, a.name, a.kwarg_only))
+        self.outs = outs          # ``out=`` arguments, which the kernel sizes (not ``self`` of an in-place op)
         self.written = []
         for r in schema.returns:
             info = r.alias_info
@@ -154,23 +157,26 @@ class _Call:
         self.sig, self.grown = sig, grown
         self.index = None
         self.cpu_seen = None
-        self.views = {}                              # CPU view's data pointer -> the npu tensor it shows
+        self.views = {}      # CPU view's storage (its StorageImpl, also for 0 bytes) -> the npu tensor it shows
         self.npu_tensor = False
         self.generators = []                         # (the caller's generator, the one the CPU kernel gets)
+        for npu_out, _ in grown:                     # out= tensors the CPU kernel gets stand-ins for
+            self._note_npu(npu_out.device)
+
+    def _note_npu(self, dev: torch.device) -> None:
+        self.npu_tensor = True
+        if self.index is None:
+            self.index = dev.index
+        elif dev.index != self.index and not self.sig.cross_device:
+            raise _same_device_error(f"npu:{self.index}", dev)
 
     def to_cpu(self, x):
         if isinstance(x, torch.Tensor):
             dev = x.device
             if dev.type == "npu":
-                self.npu_tensor = True
-                if self.index is None:
-                    self.index = dev.index
-                elif dev.index != self.index and not self.sig.cross_device:
-                    raise _same_device_error(f"npu:{self.index}", dev)
+                self._note_npu(dev)
                 view = storage.cpu_view(x)
-                ptr = view.untyped_storage().data_ptr()
-                if ptr:
-                    self.views.setdefault(ptr, x)
+                self.views[view.untyped_storage()._cdata] = x
                 return view
             if x.dim() and self.cpu_seen is None and not any(x is host for _, host in self.grown):
                 self.cpu_seen = dev
@@ -192,15 +198,23 @@ class _Call:
 
 
 def _empty_outs(sig: _Signature, args, kwargs):
-    """Written npu arguments without memory (``out=`` tensors made by ``empty({0})`` that the kernel will size)
-    replaced by empty CPU tensors the CPU kernel can resize; returns the (npu, CPU) pairs."""
+    """``out=`` npu arguments as CPU tensors the CPU kernel may resize, as it resizes a CPU ``out=`` tensor of
+    another shape: one without memory (made by ``empty({0})``, or of zero elements) as an empty CPU tensor, any
+    other as its CPU view made resizable (``hooks.make_resizable``: growing moves the view to new CPU memory).
+    Returns the (npu, CPU) pairs for :func:`_rebind`. Only ``out=`` arguments: an in-place op keeps ``self``'s
+    shape even when it has no elements (``empty(8, 0).zero_()``)."""
     grown = []
     args, kwargs = list(args), dict(kwargs)
     for pos, name, kwarg_only in sig.outs:
         in_kwargs = kwarg_only or name in kwargs
         value = kwargs.get(name) if in_kwargs else (args[pos] if pos < len(args) else None)
-        if isinstance(value, torch.Tensor) and value.device.type == "npu" and not value.untyped_storage().nbytes():
-            host = torch.empty((0,), dtype=value.dtype)
+        if isinstance(value, torch.Tensor) and value.device.type == "npu":
+            if value.untyped_storage().nbytes():
+                host = storage.cpu_view(value)
+                if not hooks.make_resizable(host):
+                    continue
+            else:
+                host = torch.empty((0,), dtype=value.dtype)
             grown.append((value, host))
             if in_kwargs:
                 kwargs[name] = host
@@ -218,10 +232,17 @@ def _restore(sig: _Signature, args, kwargs, grown):
 
 
 def _rebind(npu_out: torch.Tensor, host: torch.Tensor) -> None:
-    """Point ``npu_out`` at what the CPU kernel wrote into ``host`` (adopted onto ``npu_out``'s card)."""
+    """Give ``npu_out`` what the CPU kernel made of ``host``, its stand-in from :func:`_empty_outs`: the geometry,
+    and the bytes if the kernel moved them to new memory — ``npu_out``'s storage is resized in place to hold them,
+    as CPU torch resizes an ``out=`` storage, so the storage's other views see the new memory too."""
     store = npu_out.untyped_storage()
-    if host.untyped_storage().nbytes():
-        store = storage.adopt(host, npu_out.device.index).untyped_storage()
+    fresh = host.untyped_storage()
+    if fresh.data_ptr() != store.data_ptr():
+        store.resize_(fresh.nbytes())
+        storage.host_bytes(store).copy_(storage.host_bytes(fresh))
+    elif (npu_out.shape == host.shape and npu_out.stride() == host.stride()
+          and npu_out.storage_offset() == host.storage_offset()):
+        return
     _set.redispatch(_CPU_KEYS, npu_out, store, host.storage_offset(), host.shape, host.stride())
 
 
@@ -249,8 +270,7 @@ def _to_npu_all(value, views: dict, index: int):
 
 def _to_npu(x: torch.Tensor, views: dict, index: int) -> torch.Tensor:
     """A CPU result as an npu tensor: a view of an npu argument on that argument's storage, else adopted."""
-    ptr = x.untyped_storage().data_ptr()
-    base = views.get(ptr) if ptr else None
+    base = views.get(x.untyped_storage()._cdata)
     if base is not None:
         return storage.view_of(base, x)
     return storage.adopt(x, index)
@@ -269,22 +289,18 @@ def _copy_from(src, dst, non_blocking=False):
 
 
 def _resize(t, size, memory_format=None):
-    """``resize_`` of an npu tensor: grows into a new npu storage (the old bytes copied), as a backend does."""
+    """``resize_`` of an npu tensor: its storage grows in place (old bytes kept, ``hooks.cpp``) when the new size
+    needs more bytes, as CPU torch's ``resize_`` does, so the tensor's views share the grown storage."""
     numel = 1
     for n in size:
         numel *= n
-    nbytes = (t.storage_offset() + numel) * t.element_size()
+    nbytes = (t.storage_offset() + numel) * t.element_size() if numel else 0
     store = t.untyped_storage()
     if nbytes > store.nbytes():
-        host = torch.empty(nbytes, dtype=torch.uint8)
-        old = store.nbytes()
-        if old:
-            host[:old].copy_(torch.empty((0,), dtype=torch.uint8).set_(storage.host_storage(t), 0, (old,), (1,)))
-        store = storage.adopt(host, t.device.index).untyped_storage()
+        store.resize_(nbytes)
     fmt = torch.contiguous_format if memory_format is None else memory_format
     strides = torch.empty(size, dtype=t.dtype, device="meta").contiguous(memory_format=fmt).stride()
-    return torch.ops.aten.set_.source_Storage_storage_offset.redispatch(_CPU_KEYS, t, store, t.storage_offset(),
-                                                                        size, strides)
+    return _set.redispatch(_CPU_KEYS, t, store, t.storage_offset(), size, strides)
 
 
 def _convolution(*args):
@@ -299,6 +315,19 @@ def _convolution_backward(grad_output, input, weight, stride, padding, dilation,
     bias_sizes = [weight.shape[1] * groups if transposed else weight.shape[0]]
     return _fallback(torch.ops.aten.convolution_backward.default, grad_output, input, weight, bias_sizes, stride,
                      padding, dilation, transposed, output_padding, groups, output_mask)
+
+
+_DENSE = ("cpu", "npu")
+
+
+def _has_compatible_shallow_copy_type(self, other) -> bool:
+    """Whether ``var.data = t`` may take ``t``'s tensor: torch_npu's rule, under which npu and CPU dense tensors
+    are compatible both ways (torch's own counts PrivateUse1 as no dense backend; FSDP's ``offload_to_cpu`` moves
+    a parameter's ``.data`` between the card and the host)."""
+    if self.device.type == other.device.type:
+        return self.layout == other.layout and self.is_quantized == other.is_quantized
+    return (self.device.type in _DENSE and other.device.type in _DENSE and self.layout == other.layout == torch.strided
+            and not self.is_quantized and not other.is_quantized)
 
 
 def _tag(storage_obj):
@@ -356,6 +385,7 @@ def register(device_module) -> None:
     _kernels = torch.library.Library("aten", "IMPL")   # operators whose composite default would shadow the fallback
     _kernels.impl("convolution_overrideable", _convolution, "PrivateUse1")
     _kernels.impl("convolution_backward_overrideable", _convolution_backward, "PrivateUse1")
+    _kernels.impl("_has_compatible_shallow_copy_type", _has_compatible_shallow_copy_type, "PrivateUse1")
     from . import accelerator_ops
     accelerator_ops.register(_kernels)
     for name in _structured_cpu_ops():

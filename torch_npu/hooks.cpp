@@ -10,12 +10,20 @@
 //   with the npu device. The kernels are the CPU's; the fallback hands them a CPU generator with this one's state
 //   and writes the state back (backend.py). The default npu generator is torch's CPU default generator: every NPU
 //   shares it (rng.py).
+// - storage resizing (UntypedStorage.resize_, FSDP's freeing and re-allocating of its flat parameters): a new host
+//   block for the storage, the old bytes copied as far as both reach, the old block freed (resize to 0 leaves no
+//   block). storage.py accounts npu blocks by host address, so it is asked first whether the new bytes fit on the
+//   card (torch_npu's out-of-memory error if not) and told of the new block, which replaces the old one.
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -71,6 +79,41 @@ struct PinnedAllocator final : public c10::Allocator {
 
 PinnedAllocator pinned_allocator;
 
+// storage.py's accounting of a resize, in two calls that return 0 (done), 1 (out of memory) or 2 (another error),
+// with the message in the buffer: before the host allocates, whether the new bytes fit on the card (device, bytes,
+// message buffer, its size); after, the new block replacing the old (device, old data, new data, new bytes, a weak
+// reference to the storage that the callee owns, message buffer, its size).
+using FitsCallback = int (*)(int, size_t, char*, size_t);
+using ResizedCallback = int (*)(int, uintptr_t, uintptr_t, size_t, uintptr_t, char*, size_t);
+FitsCallback fits_callback = nullptr;
+ResizedCallback resized_callback = nullptr;
+constexpr size_t kMessageBytes = 4096;
+
+void raise_for(int status, const char* message) {
+  TORCH_CHECK_WITH(OutOfMemoryError, status != 1, message);
+  TORCH_CHECK(status == 0, message);
+}
+
+void resize_bytes(c10::StorageImpl* impl, size_t nbytes) {
+  TORCH_CHECK(resized_callback != nullptr, "npu storage resize: torch_npu's accounting callbacks are not registered");
+  const size_t old_nbytes = impl->nbytes();
+  if (nbytes == old_nbytes) return;
+  const c10::Device device = impl->device();
+  char message[kMessageBytes] = {0};
+  if (nbytes) raise_for(fits_callback(device.index(), nbytes, message, kMessageBytes - 1), message);
+  void* fresh = nbytes ? c10::alloc_cpu(nbytes) : nullptr;
+  void* weak = c10::raw::intrusive_ptr::make_weak(impl);
+  int status = resized_callback(device.index(), reinterpret_cast<uintptr_t>(impl->data_ptr().get()),
+                                reinterpret_cast<uintptr_t>(fresh), nbytes, reinterpret_cast<uintptr_t>(weak),
+                                message, kMessageBytes - 1);
+  if (status != 0 && fresh) c10::free_cpu(fresh);
+  raise_for(status, message);
+  const size_t kept = std::min(old_nbytes, nbytes);
+  if (kept) std::memcpy(fresh, impl->data_ptr().get(), kept);
+  impl->set_data_ptr_noswap(c10::DataPtr(fresh, fresh, fresh ? &c10::free_cpu : nullptr, device));
+  impl->set_nbytes(nbytes);
+}
+
 struct NpuGenerator final : public at::CPUGeneratorImpl {
   explicit NpuGenerator(DeviceIndex index, uint64_t seed = c10::default_rng_seed_val) : CPUGeneratorImpl(seed) {
     device_ = c10::Device(c10::DeviceType::PrivateUse1, index);
@@ -99,6 +142,9 @@ struct NpuHooks final : public at::PrivateUse1HooksInterface {
   const at::Generator& getDefaultGenerator(DeviceIndex) const override {
     return at::detail::getDefaultCPUGenerator();
   }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t nbytes) const override {
+    resize_bytes(storage.unsafeGetStorageImpl(), nbytes);
+  }
 };
 
 NpuHooks hooks;
@@ -109,4 +155,17 @@ extern "C" int npusim_register_npu_hooks() {
   if (at::isPrivateUse1HooksRegistered()) return 0;
   at::RegisterPrivateUse1HooksInterface(&hooks);
   return 1;
+}
+
+extern "C" void npusim_set_resize_callbacks(FitsCallback fits, ResizedCallback resized) {
+  fits_callback = fits;
+  resized_callback = resized;
+}
+
+// A CPU storage on an npu storage's bytes (storage.cpu_view) made resizable with the CPU allocator, so that a CPU
+// kernel can resize an out= argument of the wrong size as CPU torch does; the old bytes are not the view's to free.
+extern "C" void npusim_make_resizable(uintptr_t storage_impl) {
+  auto* impl = reinterpret_cast<c10::StorageImpl*>(storage_impl);
+  impl->set_allocator(c10::GetCPUAllocator());
+  impl->set_resizable(true);
 }

@@ -331,10 +331,32 @@ def adopt(host: torch.Tensor, device: int) -> torch.Tensor:
     return out
 
 
+def resized(device: int, old_ptr: int, new_ptr: int, nbytes: int, ref: StorageWeakRef) -> None:
+    """Account an npu storage's resize (``hooks.cpp``: ``UntypedStorage.resize_``): its new host block of ``nbytes``
+    at ``new_ptr`` (none when 0) takes room on card ``device`` — torch_npu's out-of-memory error if the card refuses
+    it — and then the old block at ``old_ptr`` is released, as torch_npu's allocator allocates before it frees."""
+    with _lock:
+        if nbytes:
+            if new_ptr in _blocks:   # freed memory the host allocator handed out again before a sweep
+                _release(new_ptr)
+            size = round_size(nbytes)
+            _blocks[new_ptr] = _Block(device, nbytes, size, _place(device, nbytes, size), ref)
+        if old_ptr in _blocks:
+            _release(old_ptr)
+
+
 def host_storage(t: torch.Tensor) -> torch.UntypedStorage:
     """A CPU storage on an npu tensor's bytes (it does not own them: the npu storage does)."""
     st = t.untyped_storage()
     return torch._C._construct_storage_from_data_pointer(st.data_ptr(), _CPU, st.nbytes())
+
+
+def host_bytes(store: torch.UntypedStorage) -> torch.Tensor:
+    """A CPU uint8 tensor on all of a storage's bytes (an npu or CPU one; no copy)."""
+    nbytes = store.nbytes()
+    if store.device.type != "cpu":
+        store = torch._C._construct_storage_from_data_pointer(store.data_ptr(), _CPU, nbytes)
+    return torch.empty((0,), dtype=torch.uint8).set_(store, 0, (nbytes,), (1,))
 
 
 def cpu_view(t: torch.Tensor) -> torch.Tensor:
