@@ -58,7 +58,7 @@ def _prepared_inputs(model_id, ds, call: str, stream):
     return real, scratch
 
 
-def _system_outputs(model_id, real, output, call: str) -> None:
+def _system_outputs(model_id, real, output) -> None:
     """Outputs "allocated by the system" (CANN's first way for a dynamic-shape output, whose size the desc gives as
     0): an output buffer created with ``create_data_buffer(0, 0)`` gets device memory of what this execution
     writes there. The program reads it (``get_data_buffer_addr`` / ``get_data_buffer_size_v2``) and frees it
@@ -94,7 +94,7 @@ def execute(model_id, input, output):
     ds = _dataset(input, "mdl.execute")
     real, scratch = _prepared_inputs(model_id, ds, "mdl.execute", None)
     out = _dataset(output, "mdl.execute")
-    _system_outputs(model_id, real, out, "mdl.execute")
+    _system_outputs(model_id, real, out)
     try:
         mdl.execute(model_id, real, out)
     finally:
@@ -108,7 +108,7 @@ def execute_async(model_id, input, output, stream):
     st = stream_of(stream, "mdl.execute_async")
     real, scratch = _prepared_inputs(model_id, ds, "mdl.execute_async", st)
     out = _dataset(output, "mdl.execute_async")
-    _system_outputs(model_id, real, out, "mdl.execute_async")
+    _system_outputs(model_id, real, out)
     try:
         mdl.execute_async(model_id, real, out, st)
     finally:

@@ -91,9 +91,9 @@ def _after_arrival(ep: Endpoint, seq: int, op: str, p: dict, sched, fps, start: 
     problem = None
     if fps is None:
         pass
-    elif gave_up(fps):                        # nobody waits at a barrier for this rank any more
+    elif (late := gave_up(fps)):              # nobody waits at a barrier for this rank any more
         me[DONE] = seq
-        raise HcclError(HcclResult.HCCL_E_TIMEOUT, f"{what}: {gave_up(fps)}")
+        raise HcclError(HcclResult.HCCL_E_TIMEOUT, f"{what}: {late}")
     elif len(set(fps)) > 1:
         problem = f"ranks called different collectives: {_group(fps)}"
     elif op == "all_to_all_v" and ep.hub is not None:     # every rank is here: all refuse alike
